@@ -1,0 +1,341 @@
+//! Diagnostics: the one user-facing error type of every phase.
+//!
+//! Each phase keeps its own small internal error type and converts it into a [`Diagnostic`] at its
+//! boundary. A diagnostic has a severity, a stable [`Code`] (listed in `docs/diagnostics.md`), a
+//! lowercase message, a primary label on the offending span, optional secondary labels (for example
+//! "first defined here") and notes. This is the only module that talks to `codespan-reporting`.
+
+mod codes;
+
+pub use codes::*;
+
+use crate::source::{FileId, SourceMap, Span};
+use codespan_reporting::diagnostic as cs;
+use codespan_reporting::term;
+use std::ops::Range;
+
+/// A stable diagnostic code such as `E0201`, with a short title.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Code {
+    /// The code itself, e.g. `"E0201"`.
+    pub id: &'static str,
+    /// A short, lowercase title for the documentation index.
+    pub title: &'static str,
+}
+
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Stops the phase from producing a result.
+    Error,
+    /// Reported, but the result is still produced.
+    Warning,
+}
+
+/// A labelled span.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// The range the label points at.
+    pub span: Span,
+    /// Text shown next to the caret (may be empty).
+    pub message: String,
+    /// Whether this is the primary label (exactly one per diagnostic, when it has a span).
+    pub primary: bool,
+}
+
+/// One message for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// Stable code.
+    pub code: Code,
+    /// Lowercase message without a trailing period.
+    pub message: String,
+    /// Primary label first, then secondary labels.
+    pub labels: Vec<Label>,
+    /// Free-form notes and help lines.
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    /// A new error with the given code and message and no labels yet.
+    pub fn error(code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Error,
+            code,
+            message: message.into(),
+            labels: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// A new warning with the given code and message and no labels yet.
+    pub fn warning(code: Code, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, message)
+        }
+    }
+
+    /// Adds the primary label.
+    pub fn with_primary(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.labels.insert(
+            0,
+            Label {
+                span,
+                message: message.into(),
+                primary: true,
+            },
+        );
+        self
+    }
+
+    /// Adds a secondary label.
+    pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
+        self.labels.push(Label {
+            span,
+            message: message.into(),
+            primary: false,
+        });
+        self
+    }
+
+    /// Adds a note.
+    pub fn with_note(mut self, note: impl Into<String>) -> Diagnostic {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// The span of the primary label, if any.
+    pub fn primary_span(&self) -> Option<Span> {
+        self.labels.iter().find(|l| l.primary).map(|l| l.span)
+    }
+
+    /// Whether this diagnostic is an error.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// An ordered collection of diagnostics produced by one or more phases.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diagnostics {
+    items: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    /// No diagnostics.
+    pub fn new() -> Diagnostics {
+        Diagnostics::default()
+    }
+
+    /// Appends one diagnostic.
+    pub fn push(&mut self, d: Diagnostic) {
+        self.items.push(d);
+    }
+
+    /// Appends all diagnostics of another collection.
+    pub fn extend(&mut self, other: Diagnostics) {
+        self.items.extend(other.items);
+    }
+
+    /// Whether any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.items.iter().any(Diagnostic::is_error)
+    }
+
+    /// Number of diagnostics.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The diagnostics in the order they were reported.
+    pub fn iter(&self) -> std::slice::Iter<'_, Diagnostic> {
+        self.items.iter()
+    }
+
+    /// Sorts by file, then position, keeping the report order for equal positions.
+    pub fn sort_by_position(&mut self) {
+        self.items
+            .sort_by_key(|d| d.primary_span().map(|s| (s.file, s.start, s.end)));
+    }
+
+    /// Renders all diagnostics as plain text (no colours), as used in snapshots.
+    pub fn render_plain(&self, sources: &SourceMap) -> String {
+        let mut out = String::new();
+        for d in &self.items {
+            out.push_str(&render_plain(d, sources));
+        }
+        out
+    }
+}
+
+impl From<Diagnostic> for Diagnostics {
+    fn from(d: Diagnostic) -> Diagnostics {
+        Diagnostics { items: vec![d] }
+    }
+}
+
+impl IntoIterator for Diagnostics {
+    type Item = Diagnostic;
+    type IntoIter = std::vec::IntoIter<Diagnostic>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Diagnostics {
+    type Item = &'a Diagnostic;
+    type IntoIter = std::slice::Iter<'a, Diagnostic>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+struct Files<'a>(&'a SourceMap);
+
+impl<'a> codespan_reporting::files::Files<'a> for Files<'a> {
+    type FileId = FileId;
+    type Name = &'a str;
+    type Source = &'a str;
+
+    fn name(&'a self, id: FileId) -> Result<&'a str, codespan_reporting::files::Error> {
+        Ok(&self.0.get(id).name)
+    }
+
+    fn source(&'a self, id: FileId) -> Result<&'a str, codespan_reporting::files::Error> {
+        Ok(&self.0.get(id).text)
+    }
+
+    fn line_index(
+        &'a self,
+        id: FileId,
+        byte_index: usize,
+    ) -> Result<usize, codespan_reporting::files::Error> {
+        let starts = self.0.get(id).line_starts();
+        Ok(match starts.binary_search(&(byte_index as u32)) {
+            Ok(i) => i,
+            Err(i) => i - 1,
+        })
+    }
+
+    fn line_range(
+        &'a self,
+        id: FileId,
+        line_index: usize,
+    ) -> Result<Range<usize>, codespan_reporting::files::Error> {
+        let file = self.0.get(id);
+        let starts = file.line_starts();
+        let start =
+            *starts
+                .get(line_index)
+                .ok_or(codespan_reporting::files::Error::LineTooLarge {
+                    given: line_index,
+                    max: starts.len() - 1,
+                })? as usize;
+        let end = starts
+            .get(line_index + 1)
+            .map(|&e| e as usize)
+            .unwrap_or(file.text.len());
+        Ok(start..end)
+    }
+}
+
+fn to_codespan(d: &Diagnostic, sources: &SourceMap) -> cs::Diagnostic<FileId> {
+    let severity = match d.severity {
+        Severity::Error => cs::Severity::Error,
+        Severity::Warning => cs::Severity::Warning,
+    };
+    let labels = d
+        .labels
+        .iter()
+        .map(|l| {
+            let len = sources.get(l.span.file).text.len();
+            let start = (l.span.start as usize).min(len);
+            let end = (l.span.end as usize).clamp(start, len);
+            let style = if l.primary {
+                cs::LabelStyle::Primary
+            } else {
+                cs::LabelStyle::Secondary
+            };
+            cs::Label::new(style, l.span.file, start..end).with_message(l.message.clone())
+        })
+        .collect();
+    cs::Diagnostic::new(severity)
+        .with_code(d.code.id)
+        .with_message(d.message.clone())
+        .with_labels(labels)
+        .with_notes(d.notes.clone())
+}
+
+/// Renders one diagnostic as plain text (file, line and column, caret span, code, notes).
+pub fn render_plain(d: &Diagnostic, sources: &SourceMap) -> String {
+    let config = term::Config::default();
+    let files = Files(sources);
+    term::emit_into_string(&config, &files, &to_codespan(d, sources))
+        .unwrap_or_else(|_| format!("{}[{}]: {}\n", severity_word(d), d.code.id, d.message))
+}
+
+fn severity_word(d: &Diagnostic) -> &'static str {
+    match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    }
+}
+
+/// Writes diagnostics to standard error, coloured when standard error is a terminal.
+pub fn emit_stderr(diags: &Diagnostics, sources: &SourceMap) {
+    use std::io::IsTerminal;
+    let config = term::Config::default();
+    let files = Files(sources);
+    if std::io::stderr().is_terminal() {
+        let stream = term::termcolor::StandardStream::stderr(term::termcolor::ColorChoice::Auto);
+        let styles = term::Styles::default();
+        let mut lock = stream.lock();
+        let mut writer = term::StylesWriter::new(&mut lock, &styles);
+        for d in diags {
+            let _ =
+                term::emit_to_write_style(&mut writer, &config, &files, &to_codespan(d, sources));
+        }
+    } else {
+        let mut err = std::io::stderr().lock();
+        for d in diags {
+            let _ = term::emit_to_io_write(&mut err, &config, &files, &to_codespan(d, sources));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_rendering_shows_code_position_and_caret() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("m.relay", "abc\ndef ghi\n");
+        let d = Diagnostic::error(E0201, "expected an expression")
+            .with_primary(Span::new(f, 8, 11), "here");
+        let text = render_plain(&d, &sm);
+        assert!(
+            text.contains("error[E0201]: expected an expression"),
+            "{text}"
+        );
+        assert!(text.contains("m.relay:2:5"), "{text}");
+        assert!(text.contains("^^^"), "{text}");
+    }
+
+    #[test]
+    fn every_code_is_unique() {
+        let mut ids: Vec<_> = ALL_CODES.iter().map(|c| c.id).collect();
+        ids.sort();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(n, ids.len(), "duplicate diagnostic code");
+    }
+}

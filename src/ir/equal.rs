@@ -1,0 +1,1 @@
+//! Structural equality of modules (filled in below).

@@ -1,0 +1,10 @@
+//! `collage`: partitions ML models written in TVM's Relay text format across backends.
+//!
+//! See `docs/overview.md` for the pipeline and module map.
+#![deny(missing_docs)]
+
+pub mod diag;
+pub mod ir;
+pub mod ops;
+pub mod source;
+pub mod util;

@@ -1,0 +1,397 @@
+//! The operator registry: every Relay operator the tool knows, with its arity, attribute schema
+//! (names, types, defaults), pattern kind (TVM's `TOpPattern`) and type relation.
+//!
+//! Adding an operator is one entry in one of the per-family tables (`tensor`, `nn`, `transform`,
+//! `reduce`, `misc`): name, argument names, attribute schema, kind and relation. Relations are plain
+//! functions from argument types and attributes to the result type; the shared ones live in
+//! [`rel`].
+
+mod misc;
+mod nn;
+mod reduce;
+pub mod rel;
+mod tensor;
+mod transform;
+
+use crate::ir::{AttrField, AttrValue, Attrs, DType, OpId, TensorType, Type};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+/// TVM's operator pattern kinds, ordered as TVM orders them (smaller fuses more readily).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpPattern {
+    /// Elementwise (`E`).
+    ElemWise = 0,
+    /// Broadcasting (`B`).
+    Broadcast = 1,
+    /// Injective (`I`).
+    Injective = 2,
+    /// Commutative reduction (`R`).
+    CommReduce = 3,
+    /// Complex op whose output can take elementwise consumers (`A`).
+    OutEWiseFusable = 4,
+    /// A tuple node (`T`).
+    Tuple = 7,
+    /// Never fused (`O`).
+    Opaque = 8,
+}
+
+impl OpPattern {
+    /// The one-letter name TVM uses in logs.
+    pub fn letter(self) -> char {
+        match self {
+            OpPattern::ElemWise => 'E',
+            OpPattern::Broadcast => 'B',
+            OpPattern::Injective => 'I',
+            OpPattern::CommReduce => 'R',
+            OpPattern::OutEWiseFusable => 'A',
+            OpPattern::Tuple => 'T',
+            OpPattern::Opaque => 'O',
+        }
+    }
+
+    /// The lowercase name used in the rules language (`elemwise`, `broadcast`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpPattern::ElemWise => "elemwise",
+            OpPattern::Broadcast => "broadcast",
+            OpPattern::Injective => "injective",
+            OpPattern::CommReduce => "comm_reduce",
+            OpPattern::OutEWiseFusable => "out_ewise_fusable",
+            OpPattern::Tuple => "tuple",
+            OpPattern::Opaque => "opaque",
+        }
+    }
+
+    /// Parses a lowercase kind name.
+    pub fn from_name(s: &str) -> Option<OpPattern> {
+        [
+            OpPattern::ElemWise,
+            OpPattern::Broadcast,
+            OpPattern::Injective,
+            OpPattern::CommReduce,
+            OpPattern::OutEWiseFusable,
+            OpPattern::Tuple,
+            OpPattern::Opaque,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+impl fmt::Display for OpPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a type relation rejected a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelError {
+    /// What was expected and what was found, lowercase, no trailing period.
+    pub message: String,
+    /// The argument the problem is about, if one is to blame.
+    pub arg: Option<usize>,
+}
+
+impl RelError {
+    /// An error about the call as a whole.
+    pub fn new(message: impl Into<String>) -> RelError {
+        RelError {
+            message: message.into(),
+            arg: None,
+        }
+    }
+
+    /// An error about argument `i`.
+    pub fn at(i: usize, message: impl Into<String>) -> RelError {
+        RelError {
+            message: message.into(),
+            arg: Some(i),
+        }
+    }
+}
+
+/// A type relation: computes the result type of a call from its argument types and attributes.
+pub type TypeRel = fn(&RelCall<'_>) -> Result<Type, RelError>;
+
+/// One registered operator.
+#[derive(Clone, Copy, Debug)]
+pub struct OpDef {
+    /// Registry name, e.g. `nn.conv2d`.
+    pub name: &'static str,
+    /// Names of the positional arguments; their number is the operator's arity.
+    pub args: &'static [&'static str],
+    /// Attribute schema in declaration (and printing) order.
+    pub attrs: &'static [AttrField],
+    /// Pattern kind.
+    pub pattern: OpPattern,
+    /// Type relation.
+    pub rel: TypeRel,
+}
+
+impl OpDef {
+    /// Number of positional arguments.
+    pub fn arity(&self) -> usize {
+        self.args.len()
+    }
+
+    /// The schema entry of an attribute.
+    pub fn attr_field(&self, name: &str) -> Option<&'static AttrField> {
+        self.attrs.iter().find(|f| f.name == name)
+    }
+}
+
+/// The arguments of one type-relation evaluation, with typed accessors for attributes.
+pub struct RelCall<'a> {
+    /// The operator.
+    pub op: &'a OpDef,
+    /// Argument types (all complete).
+    pub args: &'a [Type],
+    /// Attribute values aligned with `op.attrs`.
+    pub attrs: &'a Attrs,
+}
+
+impl<'a> RelCall<'a> {
+    /// Argument `i` as a tensor type.
+    pub fn tensor(&self, i: usize) -> Result<&'a TensorType, RelError> {
+        match self.args.get(i) {
+            Some(Type::Tensor(t)) => Ok(t),
+            Some(other) => Err(RelError::at(
+                i,
+                format!(
+                    "argument `{}` of `{}` must be a tensor, found `{other}`",
+                    self.arg_name(i),
+                    self.op.name
+                ),
+            )),
+            None => Err(RelError::new(format!(
+                "`{}` lacks argument {i}",
+                self.op.name
+            ))),
+        }
+    }
+
+    /// Argument `i` as a tuple of tensor types.
+    pub fn tensors_of_tuple(&self, i: usize) -> Result<Vec<&'a TensorType>, RelError> {
+        match self.args.get(i) {
+            Some(Type::Tuple(fields)) => fields
+                .iter()
+                .map(|f| {
+                    f.as_tensor().ok_or_else(|| {
+                        RelError::at(
+                            i,
+                            format!(
+                                "fields of the tuple passed to `{}` must be tensors",
+                                self.op.name
+                            ),
+                        )
+                    })
+                })
+                .collect(),
+            Some(other) => Err(RelError::at(
+                i,
+                format!(
+                    "`{}` expects a tuple of tensors, found `{other}`",
+                    self.op.name
+                ),
+            )),
+            None => Err(RelError::new(format!(
+                "`{}` lacks argument {i}",
+                self.op.name
+            ))),
+        }
+    }
+
+    /// The name of argument `i`.
+    pub fn arg_name(&self, i: usize) -> &'static str {
+        self.op.args.get(i).copied().unwrap_or("?")
+    }
+
+    /// The raw value of an attribute (which must be in the schema).
+    pub fn attr(&self, name: &str) -> &'a AttrValue {
+        static NONE: AttrValue = AttrValue::None;
+        self.attrs.get(self.op.attrs, name).unwrap_or(&NONE)
+    }
+
+    /// An integer attribute.
+    pub fn int(&self, name: &str) -> Result<i64, RelError> {
+        self.attr(name).as_int().ok_or_else(|| {
+            RelError::new(format!(
+                "attribute `{name}` of `{}` must be an integer",
+                self.op.name
+            ))
+        })
+    }
+
+    /// An integer attribute that may be `None`.
+    pub fn opt_int(&self, name: &str) -> Option<i64> {
+        self.attr(name).as_int()
+    }
+
+    /// An integer-array attribute.
+    pub fn ints(&self, name: &str) -> Result<Vec<i64>, RelError> {
+        self.attr(name).as_ints().ok_or_else(|| {
+            RelError::new(format!(
+                "attribute `{name}` of `{}` must be an array of integers",
+                self.op.name
+            ))
+        })
+    }
+
+    /// An integer-array attribute that may be `None`.
+    pub fn opt_ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.attr(name).as_ints()
+    }
+
+    /// A float attribute.
+    pub fn float(&self, name: &str) -> Result<f64, RelError> {
+        self.attr(name).as_f64().ok_or_else(|| {
+            RelError::new(format!(
+                "attribute `{name}` of `{}` must be a number",
+                self.op.name
+            ))
+        })
+    }
+
+    /// A boolean attribute.
+    pub fn bool(&self, name: &str) -> Result<bool, RelError> {
+        self.attr(name).as_bool().ok_or_else(|| {
+            RelError::new(format!(
+                "attribute `{name}` of `{}` must be a boolean",
+                self.op.name
+            ))
+        })
+    }
+
+    /// A string attribute.
+    pub fn str(&self, name: &str) -> Result<&'a str, RelError> {
+        self.attr(name).as_str().ok_or_else(|| {
+            RelError::new(format!(
+                "attribute `{name}` of `{}` must be a string",
+                self.op.name
+            ))
+        })
+    }
+
+    /// A dtype attribute; `None` when empty (unset).
+    pub fn dtype(&self, name: &str) -> Result<Option<DType>, RelError> {
+        match self.attr(name) {
+            AttrValue::Str(s) if s.is_empty() => Ok(None),
+            AttrValue::Str(s) => DType::parse(s)
+                .map(Some)
+                .ok_or_else(|| RelError::new(format!("`{s}` is not a dtype"))),
+            AttrValue::None => Ok(None),
+            _ => Err(RelError::new(format!(
+                "attribute `{name}` of `{}` must be a dtype string",
+                self.op.name
+            ))),
+        }
+    }
+}
+
+/// All known operators, with lookup by name.
+pub struct Registry {
+    ops: Vec<OpDef>,
+    by_name: HashMap<&'static str, OpId>,
+}
+
+impl Registry {
+    fn build() -> Registry {
+        let mut ops = Vec::new();
+        for table in [tensor::OPS, nn::OPS, transform::OPS, reduce::OPS, misc::OPS] {
+            ops.extend_from_slice(table);
+        }
+        let by_name = ops
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name, OpId(i as u16)))
+            .collect();
+        Registry { ops, by_name }
+    }
+
+    /// The operator with the given name.
+    pub fn lookup(&self, name: &str) -> Option<OpId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The definition of an operator.
+    pub fn get(&self, id: OpId) -> &OpDef {
+        &self.ops[id.0 as usize]
+    }
+
+    /// All operators in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = (OpId, &OpDef)> {
+        self.ops
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (OpId(i as u16), d))
+    }
+
+    /// The registered name closest to `name` (for "did you mean" hints), if any is close.
+    pub fn suggest(&self, name: &str) -> Option<&'static str> {
+        crate::util::closest(name, self.ops.iter().map(|d| d.name))
+    }
+}
+
+/// The global registry.
+pub fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(Registry::build)
+}
+
+/// The definition of an operator in the global registry.
+pub fn op(id: OpId) -> &'static OpDef {
+    registry().get(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        let reg = registry();
+        let mut names: Vec<_> = reg.iter().map(|(_, d)| d.name).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(n, names.len(), "duplicate operator name");
+        for (id, d) in reg.iter() {
+            assert_eq!(reg.lookup(d.name), Some(id));
+        }
+    }
+
+    #[test]
+    fn attribute_names_are_unique_per_operator() {
+        for (_, d) in registry().iter() {
+            let mut names: Vec<_> = d.attrs.iter().map(|f| f.name).collect();
+            names.sort();
+            let n = names.len();
+            names.dedup();
+            assert_eq!(n, names.len(), "duplicate attribute in {}", d.name);
+        }
+    }
+
+    #[test]
+    fn defaults_satisfy_their_own_field_types() {
+        for (_, d) in registry().iter() {
+            for f in d.attrs {
+                let v = f.default.value();
+                if matches!(
+                    f.default,
+                    crate::ir::AttrDefault::Required | crate::ir::AttrDefault::None
+                ) {
+                    continue;
+                }
+                assert!(
+                    f.ty.coerce(v).is_ok(),
+                    "{}.{} default does not fit",
+                    d.name,
+                    f.name
+                );
+            }
+        }
+    }
+}

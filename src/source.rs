@@ -1,0 +1,179 @@
+//! Source files and byte spans.
+//!
+//! Every file the tool reads (models, rules, fixtures) is registered in a [`SourceMap`] and
+//! identified by a [`FileId`]. A [`Span`] is a half-open byte range inside one file. Spans are kept
+//! beside IR nodes (never inside the node payloads) so that structural comparisons ignore them.
+
+use std::fmt;
+
+/// Identifies one file in a [`SourceMap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FileId(pub u32);
+
+/// A half-open byte range `start..end` inside one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Span {
+    /// The file the range belongs to.
+    pub file: FileId,
+    /// First byte of the range.
+    pub start: u32,
+    /// One past the last byte of the range.
+    pub end: u32,
+}
+
+impl Span {
+    /// Creates a span from byte offsets.
+    pub fn new(file: FileId, start: usize, end: usize) -> Span {
+        Span {
+            file,
+            start: start.min(u32::MAX as usize) as u32,
+            end: end.min(u32::MAX as usize) as u32,
+        }
+    }
+
+    /// The smallest span covering both `self` and `other` (which must be in the same file).
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            file: self.file,
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+
+    /// The byte range as `usize`s, for slicing.
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    /// Number of bytes covered.
+    pub fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    /// Whether the span covers no bytes.
+    pub fn is_empty(self) -> bool {
+        self.start == self.end
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.start, self.end)
+    }
+}
+
+/// One source file: its display name, its text and the byte offsets of its line starts.
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    /// Name used in diagnostics (usually the path as given on the command line).
+    pub name: String,
+    /// The complete text.
+    pub text: String,
+    line_starts: Vec<u32>,
+}
+
+impl SourceFile {
+    fn new(name: String, text: String) -> SourceFile {
+        let mut line_starts = vec![0u32];
+        line_starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| (i + 1) as u32),
+        );
+        SourceFile {
+            name,
+            text,
+            line_starts,
+        }
+    }
+
+    /// 1-based line and column (in bytes) of a byte offset.
+    pub fn line_col(&self, offset: u32) -> (usize, usize) {
+        let line = match self.line_starts.binary_search(&offset) {
+            Ok(i) => i,
+            Err(i) => i - 1,
+        };
+        (line + 1, (offset - self.line_starts[line]) as usize + 1)
+    }
+
+    /// Byte offsets at which lines start (always begins with 0).
+    pub fn line_starts(&self) -> &[u32] {
+        &self.line_starts
+    }
+}
+
+/// All files known to one run of the tool.
+#[derive(Clone, Debug, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    /// An empty map.
+    pub fn new() -> SourceMap {
+        SourceMap::default()
+    }
+
+    /// Registers a file and returns its id.
+    pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
+        let id = FileId(self.files.len() as u32);
+        self.files.push(SourceFile::new(name.into(), text.into()));
+        id
+    }
+
+    /// The file with the given id.
+    ///
+    /// # Panics
+    /// Panics if the id does not come from this map (a programming error, never user input).
+    pub fn get(&self, id: FileId) -> &SourceFile {
+        &self.files[id.0 as usize]
+    }
+
+    /// The text of a file.
+    pub fn text(&self, id: FileId) -> &str {
+        &self.get(id).text
+    }
+
+    /// The text covered by a span.
+    pub fn slice(&self, span: Span) -> &str {
+        self.text(span.file).get(span.range()).unwrap_or("")
+    }
+
+    /// All files, in registration order.
+    pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (FileId(i as u32), f))
+    }
+
+    /// 1-based line of the start of a span.
+    pub fn line_of(&self, span: Span) -> usize {
+        self.get(span.file).line_col(span.start).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_from_one() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("a", "ab\ncd\n\nx");
+        let file = sm.get(f);
+        assert_eq!(file.line_col(0), (1, 1));
+        assert_eq!(file.line_col(1), (1, 2));
+        assert_eq!(file.line_col(3), (2, 1));
+        assert_eq!(file.line_col(6), (3, 1));
+        assert_eq!(file.line_col(7), (4, 1));
+    }
+
+    #[test]
+    fn span_union_covers_both() {
+        let a = Span::new(FileId(0), 3, 5);
+        let b = Span::new(FileId(0), 1, 4);
+        assert_eq!(a.to(b), Span::new(FileId(0), 1, 5));
+    }
+}

@@ -3,8 +3,12 @@
 //! See `docs/overview.md` for the pipeline and module map.
 #![deny(missing_docs)]
 
+pub mod dataflow;
 pub mod diag;
+pub mod driver;
 pub mod ir;
 pub mod ops;
+pub mod relay;
 pub mod source;
+pub mod typeck;
 pub mod util;

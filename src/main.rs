@@ -1,1 +1,58 @@
-fn main() {}
+//! The `collage` command-line tool: a thin layer over the library's driver.
+
+use clap::{Parser, Subcommand};
+use collage::driver::{self, Outcome};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Partitions ML models in TVM's Relay text format across backends.
+#[derive(Parser, Debug)]
+#[command(name = "collage", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse and type-check a model; print canonical RelayScript, or its dataflow graph as JSON.
+    Parse {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Print the dataflow graph of `@main` as JSON instead of RelayScript.
+        #[arg(long)]
+        json: bool,
+        /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
+        #[arg(long)]
+        no_type_comments: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Deeply nested inputs are rejected by the parser's depth limit; the large stack is a margin
+    // for debug builds.
+    let worker = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || run(cli));
+    let outcome = match worker {
+        Ok(handle) => handle.join().unwrap_or(Outcome::Internal),
+        Err(_) => run_fallback(),
+    };
+    ExitCode::from(outcome.exit_code())
+}
+
+fn run_fallback() -> Outcome {
+    eprintln!("error: could not start the worker thread");
+    Outcome::Internal
+}
+
+fn run(cli: Cli) -> Outcome {
+    match cli.command {
+        Command::Parse {
+            model,
+            json,
+            no_type_comments,
+        } => driver::parse_command(&model, json, !no_type_comments),
+    }
+}

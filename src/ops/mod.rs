@@ -6,10 +6,16 @@
 //! functions from argument types and attributes to the result type; the shared ones live in
 //! [`rel`].
 
+mod conv;
+mod deconv;
+mod layout;
 mod misc;
 mod nn;
+mod norm;
+mod pool;
 mod reduce;
 pub mod rel;
+mod slice;
 mod tensor;
 mod transform;
 
@@ -300,7 +306,18 @@ pub struct Registry {
 impl Registry {
     fn build() -> Registry {
         let mut ops = Vec::new();
-        for table in [tensor::OPS, nn::OPS, transform::OPS, reduce::OPS, misc::OPS] {
+        for table in [
+            tensor::OPS,
+            nn::OPS,
+            norm::OPS,
+            conv::OPS,
+            deconv::OPS,
+            pool::OPS,
+            transform::OPS,
+            slice::OPS,
+            reduce::OPS,
+            misc::OPS,
+        ] {
             ops.extend_from_slice(table);
         }
         let by_name = ops

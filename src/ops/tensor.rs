@@ -1,20 +1,249 @@
-//! Elementwise and broadcasting tensor operators.
+//! Elementwise and broadcasting tensor operators: arithmetic, comparisons, unary math, `clip`,
+//! `cast`, `where` and the constant initialisers `full`, `zeros` and `ones`.
 
-use super::{rel, OpDef, OpPattern};
+use super::rel::{self, def, tensor, tensor_type};
+use super::{OpDef, OpPattern, RelCall, RelError};
+use crate::ir::attrs::field;
+use crate::ir::{AttrDefault as D, AttrField, AttrType as T, DType, Type};
+
+use OpPattern::{Broadcast, ElemWise};
+
+const BIN: &[&str] = &["lhs", "rhs"];
+const DATA: &[&str] = &["data"];
+
+const CLIP_ATTRS: &[AttrField] = &[
+    field("a_min", T::Float, D::Required),
+    field("a_max", T::Float, D::Required),
+];
+
+const CAST_ATTRS: &[AttrField] = &[field("dtype", T::DType, D::Required)];
+
+/// `InitOpAttrs`: shared by `full`, `zeros`, `ones` and `broadcast_to`.
+pub(super) const INIT_ATTRS: &[AttrField] = &[
+    field("shape", T::OptInts, D::Required),
+    field("dtype", T::DType, D::Str("")),
+];
 
 pub(super) const OPS: &[OpDef] = &[
-    OpDef {
-        name: "add",
-        args: &["lhs", "rhs"],
-        attrs: &[],
-        pattern: OpPattern::Broadcast,
-        rel: rel::broadcast,
-    },
-    OpDef {
-        name: "nn.relu",
-        args: &["data"],
-        attrs: &[],
-        pattern: OpPattern::ElemWise,
-        rel: rel::identity,
-    },
+    def("add", BIN, &[], Broadcast, rel::broadcast),
+    def("subtract", BIN, &[], Broadcast, rel::broadcast),
+    def("multiply", BIN, &[], Broadcast, rel::broadcast),
+    def("divide", BIN, &[], Broadcast, rel::broadcast),
+    def("power", BIN, &[], Broadcast, rel::broadcast),
+    def("maximum", BIN, &[], Broadcast, rel::broadcast),
+    def("minimum", BIN, &[], Broadcast, rel::broadcast),
+    def("less", BIN, &[], Broadcast, rel::compare),
+    def("greater", BIN, &[], Broadcast, rel::compare),
+    def("equal", BIN, &[], Broadcast, rel::compare),
+    def("less_equal", BIN, &[], Broadcast, rel::compare),
+    def("greater_equal", BIN, &[], Broadcast, rel::compare),
+    def("not_equal", BIN, &[], Broadcast, rel::compare),
+    def("sqrt", DATA, &[], ElemWise, rel::identity),
+    def("rsqrt", DATA, &[], ElemWise, rel::identity),
+    def("erf", DATA, &[], ElemWise, rel::identity),
+    def("exp", DATA, &[], ElemWise, rel::identity),
+    def("log", DATA, &[], ElemWise, rel::identity),
+    def("sigmoid", DATA, &[], ElemWise, rel::identity),
+    def("tanh", DATA, &[], ElemWise, rel::identity),
+    def("abs", DATA, &[], ElemWise, rel::identity),
+    def("negative", DATA, &[], ElemWise, rel::identity),
+    def("floor", DATA, &[], ElemWise, rel::identity),
+    def("ceil", DATA, &[], ElemWise, rel::identity),
+    def("round", DATA, &[], ElemWise, rel::identity),
+    def("sin", DATA, &[], ElemWise, rel::identity),
+    def("cos", DATA, &[], ElemWise, rel::identity),
+    def("atan", DATA, &[], ElemWise, rel::identity),
+    def("copy", DATA, &[], ElemWise, rel::identity),
+    def("fast_erf", DATA, &[], ElemWise, rel::identity),
+    def("fast_exp", DATA, &[], ElemWise, rel::identity),
+    def("fast_tanh", DATA, &[], ElemWise, rel::identity),
+    def("zeros_like", DATA, &[], ElemWise, rel::identity),
+    def("ones_like", DATA, &[], ElemWise, rel::identity),
+    def("clip", DATA, CLIP_ATTRS, ElemWise, clip),
+    def("cast", DATA, CAST_ATTRS, ElemWise, cast),
+    def(
+        "cast_like",
+        &["data", "dtype_like"],
+        &[],
+        ElemWise,
+        cast_like,
+    ),
+    def("where", &["condition", "x", "y"], &[], Broadcast, where_),
+    def("full", &["fill_value"], INIT_ATTRS, ElemWise, full),
+    def("zeros", &[], INIT_ATTRS, ElemWise, zeros_ones),
+    def("ones", &[], INIT_ATTRS, ElemWise, zeros_ones),
 ];
+
+/// `clip`: identity; both bounds must be given.
+fn clip(c: &RelCall<'_>) -> Result<Type, RelError> {
+    rel::float_attr(c, "a_min")?;
+    rel::float_attr(c, "a_max")?;
+    rel::identity(c)
+}
+
+/// `cast`: the data's shape with the `dtype` attribute.
+fn cast(c: &RelCall<'_>) -> Result<Type, RelError> {
+    let data = tensor(c, 0)?;
+    let dtype = c
+        .dtype("dtype")?
+        .ok_or_else(|| RelError::new("`cast` needs the attribute `dtype`, such as \"float16\""))?;
+    Ok(tensor_type(data.shape.clone(), dtype))
+}
+
+/// `cast_like`: the shape of `data` with the dtype of `dtype_like`.
+fn cast_like(c: &RelCall<'_>) -> Result<Type, RelError> {
+    let data = tensor(c, 0)?;
+    let like = tensor(c, 1)?;
+    Ok(tensor_type(data.shape.clone(), like.dtype))
+}
+
+/// `where(condition, x, y)`: `x` and `y` share a dtype; all three broadcast together. Like TVM,
+/// any condition dtype is accepted (non-zero means true).
+fn where_(c: &RelCall<'_>) -> Result<Type, RelError> {
+    let cond = tensor(c, 0)?;
+    let xy = rel::broadcast_args(c, 1, 2)?;
+    let shape = rel::broadcast_dims(&cond.shape, &xy.shape).map_err(|(a, b)| {
+        RelError::at(
+            0,
+            format!(
+                "`where` cannot broadcast the condition `{cond}` with the values' shape {}: extents {a} and {b} differ",
+                rel::show_shape(&xy.shape)
+            ),
+        )
+    })?;
+    Ok(tensor_type(shape, xy.dtype))
+}
+
+/// `full(fill_value)`: a scalar fill value, the `shape` attribute and `dtype` (default: the fill
+/// value's dtype).
+fn full(c: &RelCall<'_>) -> Result<Type, RelError> {
+    let fill = tensor(c, 0)?;
+    if fill.rank() != 0 {
+        return Err(RelError::at(
+            0,
+            format!("`full` needs a scalar fill value, found `{fill}`"),
+        ));
+    }
+    let shape = rel::shape_attr(c, "shape")?;
+    Ok(tensor_type(shape, rel::dtype_or(c, "dtype", fill.dtype)?))
+}
+
+/// `zeros` / `ones`: the `shape` and `dtype` attributes (dtype defaults to `float32`).
+fn zeros_ones(c: &RelCall<'_>) -> Result<Type, RelError> {
+    let shape = rel::shape_attr(c, "shape")?;
+    Ok(tensor_type(shape, rel::dtype_or(c, "dtype", DType::F32)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rel::testing::*;
+    use crate::ir::{AttrValue, Dim};
+
+    #[test]
+    fn unary_and_binary() {
+        let x = t(&[1600, 768], "float16");
+        assert_eq!(ok("tanh", vec![x.clone()], &[]), x);
+        assert_eq!(ok("power", vec![x.clone(), t(&[], "float16")], &[]), x);
+        assert_eq!(
+            ok("not_equal", vec![x.clone(), x.clone()], &[]),
+            t(&[1600, 768], "bool")
+        );
+        let e = err("power", vec![x, t(&[], "float32")], &[]);
+        assert_eq!(e.arg, Some(1));
+    }
+
+    #[test]
+    fn casts_and_clip() {
+        let x = t(&[2, 3], "float32");
+        let e = err("cast", vec![x.clone()], &[]);
+        assert!(e.message.contains("dtype"), "{}", e.message);
+        assert_eq!(
+            ok("cast", vec![x.clone()], &[("dtype", s("float16"))]),
+            t(&[2, 3], "float16")
+        );
+        assert_eq!(
+            ok("cast_like", vec![x.clone(), t(&[7], "int8")], &[]),
+            t(&[2, 3], "int8")
+        );
+        let lim = |a: f64, b: f64| {
+            [
+                ("a_min", AttrValue::Float(a, crate::ir::DType::F64)),
+                ("a_max", AttrValue::Float(b, crate::ir::DType::F64)),
+            ]
+        };
+        assert_eq!(ok("clip", vec![x.clone()], &lim(0.0, 6.0)), x);
+        assert!(err("clip", vec![x], &[]).message.contains("a_min"));
+    }
+
+    #[test]
+    fn where_broadcasts_three_ways() {
+        let got = ok(
+            "where",
+            vec![
+                t(&[1, 50, 32], "bool"),
+                t(&[1, 50, 32], "int64"),
+                t(&[], "int64"),
+            ],
+            &[],
+        );
+        assert_eq!(got, t(&[1, 50, 32], "int64"));
+        let got = ok(
+            "where",
+            vec![
+                t(&[4, 1], "bool"),
+                t(&[3], "float32"),
+                t(&[1, 3], "float32"),
+            ],
+            &[],
+        );
+        assert_eq!(got, t(&[4, 3], "float32"));
+        let e = err(
+            "where",
+            vec![t(&[2], "bool"), t(&[3], "float32"), t(&[3], "float32")],
+            &[],
+        );
+        assert_eq!(e.arg, Some(0));
+        let e = err(
+            "where",
+            vec![t(&[3], "bool"), t(&[3], "float32"), t(&[3], "int32")],
+            &[],
+        );
+        assert_eq!(e.arg, Some(2));
+    }
+
+    #[test]
+    fn initialisers() {
+        let got = ok("full", vec![t(&[], "float32")], &[("shape", ints(&[2, 3]))]);
+        assert_eq!(got, t(&[2, 3], "float32"));
+        let got = ok(
+            "full",
+            vec![t(&[], "float32")],
+            &[("shape", ints(&[4])), ("dtype", s("int8"))],
+        );
+        assert_eq!(got, t(&[4], "int8"));
+        assert_eq!(
+            err("full", vec![t(&[2], "float32")], &[("shape", ints(&[2]))]).arg,
+            Some(0)
+        );
+        assert!(err("full", vec![t(&[], "float32")], &[])
+            .message
+            .contains("shape"));
+        assert_eq!(
+            ok("zeros", vec![], &[("shape", ints(&[5]))]),
+            t(&[5], "float32")
+        );
+        assert_eq!(
+            ok(
+                "ones",
+                vec![],
+                &[("shape", ints(&[])), ("dtype", s("int64"))]
+            ),
+            t(&[], "int64")
+        );
+        assert!(err("ones", vec![], &[("shape", ints(&[-1]))])
+            .message
+            .contains("non-negative"));
+        let dynamic = td(vec![Dim::Any, Dim::Fixed(3)], "float32");
+        assert_eq!(ok("sigmoid", vec![dynamic.clone()], &[]), dynamic);
+    }
+}

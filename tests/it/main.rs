@@ -1,1 +1,6 @@
-//! Integration tests: one binary, one module per area.
+//! Integration tests: one binary, one module per area, driven by fixture files.
+
+mod cli;
+mod models;
+mod relay;
+mod support;

@@ -1,0 +1,29 @@
+//! The RelayScript front end: lexer, parser, metadata section and printer.
+//!
+//! Input: the text of a module in TVM's Relay text format. Output: a [`Module`] (see
+//! [`crate::ir`]), or diagnostics with spans and stable codes. [`parse`] builds the IR;
+//! [`load`] also runs type inference, which every later phase relies on.
+
+pub mod lexer;
+pub mod metadata;
+pub mod number;
+mod parser;
+pub mod print;
+
+pub use parser::MAX_DEPTH;
+
+use crate::diag::Diagnostics;
+use crate::ir::Module;
+use crate::source::{FileId, SourceMap};
+
+/// Parses a module (no type inference).
+pub fn parse(sources: &SourceMap, file: FileId) -> Result<Module, Diagnostics> {
+    parser::parse_module(sources.text(file), file)
+}
+
+/// Parses a module and infers the type of every expression.
+pub fn load(sources: &SourceMap, file: FileId) -> Result<Module, Diagnostics> {
+    let mut m = parse(sources, file)?;
+    crate::typeck::check(&mut m)?;
+    Ok(m)
+}

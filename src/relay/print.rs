@@ -1,0 +1,368 @@
+//! The canonical RelayScript printer.
+//!
+//! Follows TVM's printer conventions: a version header, definitions sorted by name, graph normal
+//! form (every non-atomic sub-expression on its own `%N = ...;` line, numbered by one counter
+//! across the whole module, the last expression of a scope inline when it has at most one use),
+//! only non-default call attributes, and ` /* ty=T */` comments after constants, calls, tuples,
+//! projections and functions once types are known. Virtual devices are printed as inline
+//! `VirtualDevice(...)` literals, so the output never needs a metadata section.
+//!
+//! Printing is a fixed point: printing the re-parsed output gives the same text.
+
+use crate::ir::literal::{write_float, write_int};
+use crate::ir::*;
+use crate::ops::registry;
+use std::collections::HashSet;
+use std::fmt::Write;
+
+/// Printing options.
+#[derive(Clone, Copy, Debug)]
+pub struct PrintOptions {
+    /// Write ` /* ty=T */` comments where types are known (constants always get theirs).
+    pub type_comments: bool,
+}
+
+impl Default for PrintOptions {
+    fn default() -> Self {
+        PrintOptions {
+            type_comments: true,
+        }
+    }
+}
+
+/// Prints a module with the default options.
+pub fn print_module(m: &Module) -> String {
+    print_module_with(m, PrintOptions::default())
+}
+
+/// Prints a module.
+pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
+    let mut p = Printer::new(m, opts);
+    p.out.push_str("#[version = \"0.0.5\"]\n");
+    let mut defs: Vec<(GlobalId, FuncId)> = m.defs.clone();
+    defs.sort_by(|a, b| {
+        m.globals[a.0.index()]
+            .name
+            .cmp(&m.globals[b.0.index()].name)
+    });
+    for (i, (g, f)) in defs.iter().enumerate() {
+        if i > 0 {
+            p.out.push('\n');
+        }
+        let head = format!("def @{}", m.globals[g.index()].name);
+        let text = p.function(*f, &head, 0);
+        p.out.push_str(&text);
+        p.out.push('\n');
+    }
+    p.out
+}
+
+struct Printer<'m> {
+    m: &'m Module,
+    opts: PrintOptions,
+    out: String,
+    counter: usize,
+    /// The text that refers to an already printed expression (`%3`, `%x`, a literal...).
+    refs: Vec<Option<String>>,
+    uses: Vec<u32>,
+    var_names: Vec<Option<String>>,
+    used_names: HashSet<String>,
+}
+
+impl<'m> Printer<'m> {
+    fn new(m: &'m Module, opts: PrintOptions) -> Printer<'m> {
+        let n = m.exprs.len();
+        let mut uses = vec![0u32; n];
+        for (i, e) in m.exprs.iter().enumerate() {
+            match e {
+                Expr::Func(_) | Expr::Let { .. } => {}
+                _ => m.for_each_operand(ExprId(i as u32), |c| uses[c.index()] += 1),
+            }
+            if let Expr::Let { value, .. } = e {
+                uses[value.index()] += 1;
+            }
+        }
+        Printer {
+            m,
+            opts,
+            out: String::new(),
+            counter: 0,
+            refs: vec![None; n],
+            uses,
+            var_names: vec![None; m.vars.len()],
+            used_names: HashSet::new(),
+        }
+    }
+
+    fn var_name(&mut self, v: VarId) -> String {
+        if let Some(n) = &self.var_names[v.index()] {
+            return n.clone();
+        }
+        let base = &self.m.var(v).name;
+        let base = if base.is_empty()
+            || !base.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        {
+            format!("v{base}")
+        } else {
+            base.clone()
+        };
+        let mut name = base.clone();
+        let mut k = 1;
+        while self.used_names.contains(&name) {
+            name = format!("{base}{k}");
+            k += 1;
+        }
+        self.used_names.insert(name.clone());
+        let full = format!("%{name}");
+        self.var_names[v.index()] = Some(full.clone());
+        full
+    }
+
+    fn ty_comment(&self, e: ExprId) -> String {
+        match (self.opts.type_comments, self.m.ty(e)) {
+            (true, Some(t)) => format!(" /* ty={t} */"),
+            _ => String::new(),
+        }
+    }
+
+    fn binder(&mut self, v: VarId) -> String {
+        let mut s = self.var_name(v);
+        let var = self.m.var(v);
+        if !var.device.is_unconstrained() {
+            let _ = write!(s, " {{virtual_device={}}}", var.device);
+        }
+        if let Some(t) = &var.annotation {
+            let _ = write!(s, ": {t}");
+        }
+        s
+    }
+
+    /// `<head>(params, attrs) -> ret {` body `}` at the given indentation.
+    fn function(&mut self, f: FuncId, head: &str, indent: usize) -> String {
+        let func = self.m.func(f);
+        let mut parts: Vec<String> = func.params.iter().map(|&p| self.binder(p)).collect();
+        for (k, v) in &func.attrs {
+            parts.push(format!("{k}={v}"));
+        }
+        if !func.result_device.is_unconstrained() {
+            parts.push(format!("virtual_device={}", func.result_device));
+        }
+        let mut s = format!("{head}({})", parts.join(", "));
+        if let Some(t) = &func.ret_type {
+            let _ = write!(s, " -> {t}");
+        }
+        s.push_str(" {\n");
+        let body = self.scope(func.body, indent + 1);
+        s.push_str(&body);
+        s.push_str(&"  ".repeat(indent));
+        s.push('}');
+        s
+    }
+
+    /// Prints the lines of a scope whose result is `root`, then the result, and returns them.
+    fn scope(&mut self, root: ExprId, indent: usize) -> String {
+        let saved = std::mem::take(&mut self.out);
+        let mut root = root;
+        // A chain of lets is printed as consecutive lines of the same scope.
+        loop {
+            if let Expr::Let { var, value, body } = self.m.expr(root) {
+                let (var, value, body) = (*var, *value, *body);
+                let value_text = self.emit_inline(value, indent);
+                let binder = self.binder(var);
+                let _ = writeln!(
+                    self.out,
+                    "{}let {binder} = {value_text};",
+                    "  ".repeat(indent)
+                );
+                root = body;
+                continue;
+            }
+            break;
+        }
+        let text = self.emit_inline(root, indent);
+        let _ = writeln!(self.out, "{}{text}", "  ".repeat(indent));
+        std::mem::replace(&mut self.out, saved)
+    }
+
+    /// Emits the lines `e` depends on and returns the inline text of `e` itself (with its type
+    /// comment), binding it to `%N` first if it has more than one use.
+    fn emit_inline(&mut self, e: ExprId, indent: usize) -> String {
+        if let Some(r) = &self.refs[e.index()] {
+            return r.clone();
+        }
+        self.emit_operands(e, indent);
+        if self.uses[e.index()] > 1 && !self.is_atomic(e) {
+            return self.bind(e, indent);
+        }
+        let text = self.text(e, indent);
+        if self.is_atomic(e) {
+            self.refs[e.index()] = Some(text.clone());
+        }
+        text
+    }
+
+    fn is_atomic(&self, e: ExprId) -> bool {
+        matches!(
+            self.m.expr(e),
+            Expr::Var(_) | Expr::Global(_) | Expr::Const(_) | Expr::Op(_)
+        )
+    }
+
+    /// The operands printed in the current scope (new scopes are printed with their owner).
+    fn scope_operands(&self, e: ExprId) -> Vec<ExprId> {
+        match self.m.expr(e) {
+            Expr::Func(f) => self.captures(*f),
+            Expr::If { cond, .. } => vec![*cond],
+            Expr::Let { .. } => Vec::new(),
+            _ => self.m.operands(e),
+        }
+    }
+
+    /// Non-atomic expressions used inside a function literal but allocated outside it: they
+    /// must be printed in the enclosing scope, before the literal.
+    fn captures(&self, f: FuncId) -> Vec<ExprId> {
+        let func = self.m.func(f);
+        let lo = func.first_expr.index();
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = vec![func.body];
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            if x.index() < lo && !self.is_atomic(x) {
+                out.push(x);
+                continue;
+            }
+            if x.index() >= lo {
+                self.m.for_each_operand(x, |c| stack.push(c));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Post-order emission of every not-yet-printed operand of `e` (iterative).
+    fn emit_operands(&mut self, e: ExprId, indent: usize) {
+        let mut stack: Vec<(ExprId, bool)> = self
+            .scope_operands(e)
+            .into_iter()
+            .rev()
+            .map(|c| (c, false))
+            .collect();
+        let mut on_path = HashSet::new();
+        while let Some((x, done)) = stack.pop() {
+            if self.refs[x.index()].is_some() {
+                continue;
+            }
+            if done {
+                on_path.remove(&x);
+                if self.is_atomic(x) {
+                    let t = self.text(x, indent);
+                    self.refs[x.index()] = Some(t);
+                } else {
+                    self.bind(x, indent);
+                }
+                continue;
+            }
+            if !on_path.insert(x) {
+                continue;
+            }
+            stack.push((x, true));
+            for c in self.scope_operands(x).into_iter().rev() {
+                if self.refs[c.index()].is_none() {
+                    stack.push((c, false));
+                }
+            }
+        }
+    }
+
+    /// Emits `%N = <text>;` for `e` (whose operands are printed) and returns `%N`.
+    fn bind(&mut self, e: ExprId, indent: usize) -> String {
+        let text = self.text(e, indent);
+        let name = format!("%{}", self.counter);
+        self.counter += 1;
+        let _ = writeln!(self.out, "{}{name} = {text};", "  ".repeat(indent));
+        self.refs[e.index()] = Some(name.clone());
+        name
+    }
+
+    fn r(&self, e: ExprId) -> String {
+        self.refs[e.index()]
+            .clone()
+            .unwrap_or_else(|| "<?>".to_string())
+    }
+
+    /// The text of `e` whose operands are already printed, with its type comment.
+    fn text(&mut self, e: ExprId, indent: usize) -> String {
+        let m = self.m;
+        match m.expr(e) {
+            Expr::Var(v) => self.var_name(*v),
+            Expr::Global(g) => format!("@{}", m.globals[g.index()].name),
+            Expr::Op(op) => registry().get(*op).name.to_string(),
+            Expr::Const(c) => {
+                let mut s = String::new();
+                match c {
+                    Constant::Scalar { value, dtype } => {
+                        let _ = match value {
+                            Scalar::Int(v) => write_int(&mut s, *v, *dtype),
+                            Scalar::Float(v) => write_float(&mut s, *v, *dtype),
+                            Scalar::Bool(b) => write_int(&mut s, *b as i64, DType::BOOL),
+                        };
+                        s.push_str(&self.ty_comment(e));
+                    }
+                    Constant::Meta { key, index, ty } => {
+                        let _ = write!(s, "meta[{key}][{index}] /* ty={ty} */");
+                    }
+                }
+                s
+            }
+            Expr::Call {
+                callee,
+                args,
+                attrs,
+            } => {
+                let mut parts: Vec<String> = args.iter().map(|a| self.r(*a)).collect();
+                let head = match callee {
+                    Callee::Op(op) => {
+                        let def = registry().get(*op);
+                        for (k, v) in attrs.non_default(def.attrs) {
+                            parts.push(format!("{k}={v}"));
+                        }
+                        def.name.to_string()
+                    }
+                    Callee::Expr(c) => self.r(*c),
+                };
+                format!("{head}({}){}", parts.join(", "), self.ty_comment(e))
+            }
+            Expr::Tuple(fields) => {
+                let parts: Vec<String> = fields.iter().map(|f| self.r(*f)).collect();
+                let comma = if parts.len() == 1 { "," } else { "" };
+                format!("({}{comma}){}", parts.join(", "), self.ty_comment(e))
+            }
+            Expr::Proj { tuple, index } => {
+                format!("{}.{index}{}", self.r(*tuple), self.ty_comment(e))
+            }
+            Expr::Func(f) => {
+                let text = self.function(*f, "fn ", indent);
+                format!("{text}{}", self.ty_comment(e))
+            }
+            Expr::If {
+                cond,
+                then_branch,
+                else_branch,
+            } => {
+                let c = self.r(*cond);
+                let pad = "  ".repeat(indent);
+                let t = self.scope(*then_branch, indent + 1);
+                let f = self.scope(*else_branch, indent + 1);
+                format!("if ({c}) {{\n{t}{pad}}} else {{\n{f}{pad}}}")
+            }
+            Expr::Let { .. } => {
+                let pad = "  ".repeat(indent);
+                let inner = self.scope(e, indent + 1);
+                format!("(\n{inner}{pad})")
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests.
+
+use collage::diag::Diagnostics;
+use collage::ir::Module;
+use collage::source::{FileId, SourceMap};
+use std::path::Path;
+
+/// The repository root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A path relative to the repository root, with forward slashes, for stable snapshot names.
+pub fn rel(path: &Path) -> String {
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// Parses and type-checks a text registered under `name`.
+pub fn load_text(name: &str, text: &str) -> (SourceMap, FileId, Result<Module, Diagnostics>) {
+    let mut sources = SourceMap::new();
+    let file = sources.add(name, text);
+    let result = collage::relay::load(&sources, file);
+    (sources, file, result)
+}
+
+/// Parses and type-checks a file; panics with rendered diagnostics on failure.
+pub fn load_ok(path: &Path) -> Module {
+    let text = std::fs::read_to_string(path).expect("readable fixture");
+    let (sources, _, result) = load_text(&rel(path), &text);
+    match result {
+        Ok(m) => m,
+        Err(d) => panic!(
+            "{} failed to load:\n{}",
+            rel(path),
+            d.render_plain(&sources)
+        ),
+    }
+}
+
+/// Prints, re-parses and re-prints a module, checking structural equality and the fixed point.
+/// Returns the printed text.
+pub fn round_trip(name: &str, m: &Module) -> String {
+    let printed = collage::relay::print::print_module(m);
+    let (sources, _, again) = load_text(name, &printed);
+    let again = match again {
+        Ok(a) => a,
+        Err(d) => panic!(
+            "{name}: printed text does not re-parse:\n{}\n--- printed ---\n{printed}",
+            d.render_plain(&sources)
+        ),
+    };
+    if let Err(e) = collage::ir::equal::modules_equal(m, &again) {
+        panic!("{name}: re-parsed module differs: {e}\n--- printed ---\n{printed}");
+    }
+    let reprinted = collage::relay::print::print_module(&again);
+    assert_eq!(printed, reprinted, "{name}: printing is not a fixed point");
+    printed
+}

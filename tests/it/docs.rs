@@ -1,0 +1,41 @@
+//! The documentation stays in step with the code: every diagnostic code is documented, and every
+//! code that RelayScript input can trigger has an err fixture.
+
+use crate::support::root;
+use collage::diag::ALL_CODES;
+use std::collections::BTreeSet;
+
+fn expected_codes_of_fixtures(dir: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(root().join(dir)) else {
+        return out;
+    };
+    for e in entries {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap_or_default();
+        if let Some(code) = text.lines().next().and_then(|l| l.strip_prefix("// expect: ")) {
+            out.insert(code.trim().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_code_is_documented() {
+    let doc = std::fs::read_to_string(root().join("docs/diagnostics.md")).unwrap();
+    for code in ALL_CODES {
+        let heading = format!("### {} {}", code.id, code.title);
+        assert!(doc.contains(&heading), "docs/diagnostics.md lacks `{heading}`");
+    }
+}
+
+#[test]
+fn every_relay_code_has_an_err_fixture() {
+    let covered = expected_codes_of_fixtures("tests/fixtures/relay/err");
+    let missing: Vec<_> = ALL_CODES
+        .iter()
+        .filter(|c| c.id.starts_with("E0") && !c.id.starts_with("E09"))
+        .filter(|c| !covered.contains(c.id))
+        .map(|c| c.id)
+        .collect();
+    assert!(missing.is_empty(), "codes without an err fixture: {missing:?}");
+}

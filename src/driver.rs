@@ -144,3 +144,57 @@ pub fn function_type(m: &Module, f: crate::ir::FuncId) -> Option<crate::ir::Type
         ret: Box::new(ret),
     }))
 }
+
+/// Expands directories into their `.rules` files (sorted); files are kept as given.
+pub fn rules_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, Outcome> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let entries = std::fs::read_dir(p).map_err(|e| {
+                eprintln!(
+                    "error[{}]: cannot read directory `{}`: {e}",
+                    E0901.id,
+                    p.display()
+                );
+                Outcome::Usage
+            })?;
+            let mut files: Vec<std::path::PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "rules"))
+                .collect();
+            files.sort();
+            out.extend(files);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            eprintln!(
+                "error[{}]: cannot read `{}`: no such file or directory",
+                E0901.id,
+                p.display()
+            );
+            return Err(Outcome::Usage);
+        }
+    }
+    Ok(out)
+}
+
+/// `collage check FILE|DIR... [--print]`: checks rules files; with `--print`, prints the compiled
+/// rule trees.
+pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
+    let roots = match rules_files(paths) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let mut sources = SourceMap::new();
+    let checked = crate::sema::check(&mut sources, &crate::sema::Provider::Files, &roots);
+    report(&checked.diags, &sources);
+    match checked.program {
+        Some(p) => {
+            if print {
+                print!("{}", crate::ruletree::print::print_program(&p));
+            }
+            Outcome::Ok
+        }
+        None => Outcome::InputErrors,
+    }
+}

@@ -6,9 +6,12 @@
 pub mod dataflow;
 pub mod diag;
 pub mod driver;
+pub mod dsl;
 pub mod ir;
 pub mod ops;
 pub mod relay;
+pub mod ruletree;
+pub mod sema;
 pub mod source;
 pub mod typeck;
 pub mod util;

@@ -15,6 +15,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Check `.rules` files (directories are searched for `*.rules`).
+    Check {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print the compiled targets and rule trees.
+        #[arg(long)]
+        print: bool,
+    },
     /// Parse and type-check a model; print canonical RelayScript, or its dataflow graph as JSON.
     Parse {
         /// The model file (`.relay`).
@@ -49,6 +58,7 @@ fn run_fallback() -> Outcome {
 
 fn run(cli: Cli) -> Outcome {
     match cli.command {
+        Command::Check { paths, print } => driver::check_command(&paths, print),
         Command::Parse {
             model,
             json,

@@ -105,6 +105,72 @@ codes! {
     /// A `/* ty=... */` comment that contradicts the metadata section.
     E0605 = "E0605", "constant type mismatch";
 
+    /// A `.rules` text that does not fit the grammar.
+    E1001 = "E1001", "syntax error in rules";
+    /// A malformed literal in a `.rules` file (bad escape, number out of range).
+    E1002 = "E1002", "malformed literal in rules";
+
+    /// An import that cannot be read.
+    E1101 = "E1101", "cannot import file";
+    /// Files that import each other in a cycle.
+    E1102 = "E1102", "import cycle";
+    /// A name that is not defined in the file or its imports.
+    E1201 = "E1201", "undefined name";
+    /// A name defined twice in one scope.
+    E1202 = "E1202", "duplicate definition";
+    /// A name used as something it is not (a pattern where a rule is expected, ...).
+    E1203 = "E1203", "wrong kind of name";
+    /// A definition nothing uses (a warning).
+    W1204 = "W1204", "unused definition";
+    /// A definition that refers to itself.
+    E1205 = "E1205", "recursive definition";
+    /// An operator name that is not registered.
+    E1301 = "E1301", "unknown operator in rules";
+    /// A call pattern whose argument count differs from the operator's arity.
+    E1302 = "E1302", "operator arity mismatch in pattern";
+    /// An attribute the operator does not have.
+    E1303 = "E1303", "unknown attribute in rules";
+    /// An attribute constraint whose value does not fit the attribute.
+    E1304 = "E1304", "attribute value mismatch in rules";
+    /// Constraints that no value can satisfy.
+    E1305 = "E1305", "pattern can never match";
+    /// A capture used but not bound.
+    E1306 = "E1306", "unbound capture";
+    /// A pattern used with the wrong number of arguments.
+    E1307 = "E1307", "pattern argument count mismatch";
+    /// A dtype name that is not a dtype.
+    E1308 = "E1308", "unknown dtype in rules";
+    /// A predicate expression whose operand types do not fit.
+    E1401 = "E1401", "predicate type error";
+    /// A name or field that is not a value in a predicate.
+    E1402 = "E1402", "invalid predicate expression";
+    /// A field that the value does not have.
+    E1403 = "E1403", "unknown field";
+    /// A kind name that is not a kind.
+    E1501 = "E1501", "unknown operator kind";
+    /// A partition rule used wrongly (empty union, a non-call equivalence, ...).
+    E1601 = "E1601", "ill-formed rule";
+    /// A rule option that does not exist or has a bad value.
+    E1602 = "E1602", "invalid rule option";
+    /// A target without a field it needs.
+    E1701 = "E1701", "missing target field";
+    /// A field targets do not have.
+    E1702 = "E1702", "unknown target field";
+    /// A target field with a value of the wrong kind.
+    E1703 = "E1703", "invalid target field value";
+    /// A device that is not valid.
+    E1704 = "E1704", "invalid device";
+    /// A `refines` that does not hold.
+    E1705 = "E1705", "invalid refinement";
+    /// A cost or transition parameter with a bad value or unit.
+    E1706 = "E1706", "invalid cost parameter";
+    /// A target field given twice.
+    E1707 = "E1707", "duplicate target field";
+    /// Target fields that exclude each other.
+    E1708 = "E1708", "conflicting target fields";
+    /// A custom operator that clashes with a registered one.
+    E1801 = "E1801", "conflicting operator declaration";
+
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";
     /// An output file that cannot be written.

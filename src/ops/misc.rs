@@ -48,14 +48,14 @@ pub(super) const OPS: &[OpDef] = &[
         &["data"],
         ON_DEVICE_ATTRS,
         Opaque,
-        rel::identity,
+        pass_through,
     ),
     def(
         "device_copy",
         &["data"],
         DEVICE_COPY_ATTRS,
         Opaque,
-        rel::identity,
+        pass_through,
     ),
     def(
         "qnn.conv2d",
@@ -101,6 +101,16 @@ pub(super) const OPS: &[OpDef] = &[
         qnn_add,
     ),
 ];
+
+/// `on_device` / `device_copy`: the result has the argument's type, whatever it is (a tensor, a
+/// tuple or a function), as with TVM's identity relation.
+fn pass_through(c: &RelCall<'_>) -> Result<Type, RelError> {
+    match c.args.first() {
+        Some(Type::Tensor(_)) => Ok(Type::Tensor(tensor(c, 0)?.clone())),
+        Some(t) => Ok(t.clone()),
+        None => Err(RelError::new(format!("`{}` lacks its argument", c.op.name))),
+    }
+}
 
 /// Requires argument `i` to be a quantized tensor: one of `allowed`.
 fn expect_one_of(c: &RelCall<'_>, i: usize, allowed: &[DType]) -> Result<(), RelError> {
@@ -219,6 +229,8 @@ mod tests {
     fn device_annotations() {
         let x = t(&[2, 3], "float32");
         assert_eq!(ok("on_device", vec![x.clone()], &[]), x);
+        let pair = crate::ir::Type::Tuple(vec![x.clone(), t(&[], "int32")]);
+        assert_eq!(ok("on_device", vec![pair.clone()], &[]), pair);
         let dev = AttrValue::Device(VirtualDevice::for_device(2, 0));
         let cpu = AttrValue::Device(VirtualDevice::for_device(1, 0));
         let got = ok(

@@ -8,7 +8,7 @@
 
 mod conv;
 mod deconv;
-mod layout;
+pub mod layout;
 mod misc;
 mod nn;
 mod norm;
@@ -328,14 +328,28 @@ impl Registry {
         Registry { ops, by_name }
     }
 
-    /// The operator with the given name.
+    /// The operator with the given name (built-in or declared in a rules file).
     pub fn lookup(&self, name: &str) -> Option<OpId> {
-        self.by_name.get(name).copied()
+        if let Some(id) = self.by_name.get(name) {
+            return Some(*id);
+        }
+        let custom = CUSTOM.read().unwrap_or_else(|e| e.into_inner());
+        custom
+            .iter()
+            .position(|d| d.name == name)
+            .map(|i| OpId(CUSTOM_BASE + i as u16))
     }
 
     /// The definition of an operator.
-    pub fn get(&self, id: OpId) -> &OpDef {
-        &self.ops[id.0 as usize]
+    pub fn get(&self, id: OpId) -> &'static OpDef {
+        if id.0 >= CUSTOM_BASE {
+            let custom = CUSTOM.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(d) = custom.get((id.0 - CUSTOM_BASE) as usize) {
+                return d;
+            }
+        }
+        let reg: &'static Registry = registry();
+        &reg.ops[(id.0 as usize).min(reg.ops.len() - 1)]
     }
 
     /// All operators in registration order.
@@ -349,6 +363,57 @@ impl Registry {
     /// The registered name closest to `name` (for "did you mean" hints), if any is close.
     pub fn suggest(&self, name: &str) -> Option<&'static str> {
         crate::util::closest(name, self.ops.iter().map(|d| d.name))
+    }
+}
+
+/// Ids of custom operators start here.
+const CUSTOM_BASE: u16 = 0x8000;
+
+/// Custom operators declared by rules files, for the life of the process.
+static CUSTOM: std::sync::RwLock<Vec<&'static OpDef>> = std::sync::RwLock::new(Vec::new());
+
+/// Registers an operator declared in a rules file. Its type is that of its first argument (or
+/// `float32` scalar if it has none). Declaring the same operator again with the same arguments
+/// and kind returns the same id; anything else that clashes is an error.
+pub fn register_custom(name: &str, args: &[String], kind: OpPattern) -> Result<OpId, String> {
+    let reg = registry();
+    if reg.by_name.contains_key(name) {
+        return Err("an operator of that name is built in".into());
+    }
+    let mut custom = CUSTOM.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = custom.iter().position(|d| d.name == name) {
+        let d = custom[i];
+        let same = d.pattern == kind
+            && d.args.len() == args.len()
+            && d.args.iter().zip(args).all(|(a, b)| *a == b);
+        return if same {
+            Ok(OpId(CUSTOM_BASE + i as u16))
+        } else {
+            Err("it is already declared differently".into())
+        };
+    }
+    if custom.len() >= (u16::MAX - CUSTOM_BASE) as usize {
+        return Err("too many custom operators".into());
+    }
+    let leaked_args: Vec<&'static str> = args
+        .iter()
+        .map(|a| &*Box::leak(a.clone().into_boxed_str()))
+        .collect();
+    let def: &'static OpDef = Box::leak(Box::new(OpDef {
+        name: Box::leak(name.to_string().into_boxed_str()),
+        args: Box::leak(leaked_args.into_boxed_slice()),
+        attrs: &[],
+        pattern: kind,
+        rel: custom_rel,
+    }));
+    custom.push(def);
+    Ok(OpId(CUSTOM_BASE + (custom.len() - 1) as u16))
+}
+
+fn custom_rel(c: &RelCall<'_>) -> Result<Type, RelError> {
+    match c.args.first() {
+        Some(t) => Ok(t.clone()),
+        None => Ok(Type::Tensor(TensorType::scalar(DType::F32))),
     }
 }
 

@@ -635,6 +635,91 @@ mod tests {
         assert!(e.message.contains("negative"));
     }
 
+    /// Every relation, fed random (often nonsensical) argument types and attribute values, must
+    /// return `Ok` or `Err` without panicking.
+    #[test]
+    fn random_calls_never_panic() {
+        use crate::ir::{AttrType, Attrs};
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |n: usize| -> usize {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        const INTS: [i64; 12] = [-5, -2, -1, 0, 1, 2, 3, 4, 16, 768, i64::MAX, i64::MIN];
+        const DIMS: [i64; 8] = [0, 1, 2, 3, 4, 16, 768, i64::MAX];
+        const STRS: [&str; 14] = [
+            "", "NCHW", "NHWC", "NCHW16c", "OIHW", "HWIO", "IOHW", "NCDHW", "NCW", "end", "size",
+            "constant", "clip", "x",
+        ];
+        const DTYPES: [&str; 7] = [
+            "float32", "float16", "int32", "int64", "int8", "uint8", "bool",
+        ];
+        let reg = super::super::registry();
+        for (_, def) in reg.iter() {
+            for _ in 0..3000 {
+                let rand_ints = |next: &mut dyn FnMut(usize) -> usize| {
+                    let n = next(6);
+                    AttrValue::ints(&(0..n).map(|_| INTS[next(INTS.len())]).collect::<Vec<_>>())
+                };
+                let mut attrs = Attrs::defaults(def.attrs);
+                for f in def.attrs {
+                    if next(3) == 0 {
+                        continue;
+                    }
+                    let v = match f.ty {
+                        AttrType::Int => AttrValue::int(INTS[next(INTS.len())]),
+                        AttrType::OptInt if next(4) == 0 => AttrValue::None,
+                        AttrType::OptInt => AttrValue::int(INTS[next(INTS.len())]),
+                        AttrType::Float => AttrValue::Float(
+                            [0.0, 1.5, -1.0, f64::NAN, f64::INFINITY, 1e300][next(6)],
+                            DType::F64,
+                        ),
+                        AttrType::Bool => AttrValue::Bool(next(2) == 0),
+                        AttrType::Str => AttrValue::Str(STRS[next(STRS.len())].into()),
+                        AttrType::DType => AttrValue::Str(["", "float32", "int8"][next(3)].into()),
+                        AttrType::OptInts if next(4) == 0 => AttrValue::None,
+                        AttrType::Ints | AttrType::OptInts => rand_ints(&mut next),
+                        AttrType::IntOrInts if next(2) == 0 => {
+                            AttrValue::int(INTS[next(INTS.len())])
+                        }
+                        AttrType::IntOrInts => rand_ints(&mut next),
+                        AttrType::IntsNested => {
+                            AttrValue::Array((0..next(5)).map(|_| rand_ints(&mut next)).collect())
+                        }
+                        _ => continue,
+                    };
+                    attrs.set(def.attrs, f.name, v);
+                }
+                let rand_tensor = |next: &mut dyn FnMut(usize) -> usize| {
+                    let shape = (0..next(7))
+                        .map(|_| match next(10) {
+                            0 => Dim::Any,
+                            _ => Dim::Fixed(DIMS[next(DIMS.len())]),
+                        })
+                        .collect();
+                    Type::Tensor(TensorType {
+                        shape,
+                        dtype: DType::parse(DTYPES[next(DTYPES.len())]).unwrap(),
+                    })
+                };
+                let n_args = if next(10) == 0 { next(9) } else { def.arity() };
+                let args: Vec<Type> = (0..n_args)
+                    .map(|_| match next(8) {
+                        0 => Type::Tuple((0..next(4)).map(|_| rand_tensor(&mut next)).collect()),
+                        _ => rand_tensor(&mut next),
+                    })
+                    .collect();
+                let _ = (def.rel)(&RelCall {
+                    op: def,
+                    args: &args,
+                    attrs: &attrs,
+                });
+            }
+        }
+    }
+
     #[test]
     fn window_arithmetic() {
         let reg = super::super::registry();

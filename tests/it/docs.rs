@@ -12,7 +12,11 @@ fn expected_codes_of_fixtures(dir: &str) -> BTreeSet<String> {
     };
     for e in entries {
         let text = std::fs::read_to_string(e.unwrap().path()).unwrap_or_default();
-        if let Some(code) = text.lines().next().and_then(|l| l.strip_prefix("// expect: ")) {
+        if let Some(code) = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("// expect: "))
+        {
             out.insert(code.trim().to_string());
         }
     }
@@ -24,7 +28,10 @@ fn every_code_is_documented() {
     let doc = std::fs::read_to_string(root().join("docs/diagnostics.md")).unwrap();
     for code in ALL_CODES {
         let heading = format!("### {} {}", code.id, code.title);
-        assert!(doc.contains(&heading), "docs/diagnostics.md lacks `{heading}`");
+        assert!(
+            doc.contains(&heading),
+            "docs/diagnostics.md lacks `{heading}`"
+        );
     }
 }
 
@@ -37,5 +44,8 @@ fn every_relay_code_has_an_err_fixture() {
         .filter(|c| !covered.contains(c.id))
         .map(|c| c.id)
         .collect();
-    assert!(missing.is_empty(), "codes without an err fixture: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "codes without an err fixture: {missing:?}"
+    );
 }

@@ -4,4 +4,5 @@ mod cli;
 mod docs;
 mod models;
 mod relay;
+mod robustness;
 mod support;

@@ -26,6 +26,9 @@ pub(crate) type PResult<T> = Result<T, Fatal>;
 /// A graph binding in scope: the expression and the span of its `%N`.
 type GraphScope = HashMap<Box<str>, (ExprId, Span)>;
 
+/// A meta constant already seen: its expression and the type comment it was first given.
+type SeenConstant = (ExprId, Option<(TensorType, Span)>);
+
 pub(crate) struct Parser<'s> {
     src: &'s str,
     file: FileId,
@@ -37,7 +40,7 @@ pub(crate) struct Parser<'s> {
     depth: u32,
     graph_scopes: Vec<GraphScope>,
     locals: Vec<(Box<str>, VarId)>,
-    meta_consts: HashMap<(String, u32), (ExprId, Option<(TensorType, Span)>)>,
+    meta_consts: HashMap<(String, u32), SeenConstant>,
     global_ids: HashMap<String, GlobalId>,
 }
 

@@ -67,8 +67,8 @@ pub enum ItemKind {
     Predicate {
         /// Predicate name.
         name: Name,
-        /// Parameters (captures).
-        params: Vec<Name>,
+        /// Parameters (captures), each with the operators it must be a call of (may be empty).
+        params: Vec<(Name, Vec<Name>)>,
         /// The body.
         body: Expr,
     },

@@ -68,6 +68,7 @@ pub fn rule_label(r: Rule) -> &'static str {
         Rule::pattern_params => "pattern parameters",
         Rule::predicate_item => "a predicate definition",
         Rule::capture_list => "predicate parameters",
+        Rule::predicate_param => "a parameter such as `$x` or `$conv: nn.conv2d`",
         Rule::combiner_item => "a combiner definition",
         Rule::rule_item => "a rule definition",
         Rule::equiv_item => "an equivalence",

@@ -268,8 +268,19 @@ impl<'t> Lowerer<'t> {
                 Rule::capture_list => {
                     params = c
                         .into_inner()
-                        .filter(|x| x.as_rule() == Rule::capture)
-                        .map(|x| self.name(x))
+                        .filter(|x| x.as_rule() == Rule::predicate_param)
+                        .map(|x| {
+                            let mut inner = x.into_inner();
+                            let cap = inner
+                                .next()
+                                .map(|n| self.name(n))
+                                .unwrap_or_else(|| self.missing());
+                            let ops = inner
+                                .filter(|o| o.as_rule() == Rule::op_name)
+                                .map(|o| self.name(o))
+                                .collect();
+                            (cap, ops)
+                        })
                         .collect()
                 }
                 Rule::expr => body = Some(self.expr(c)),

@@ -83,13 +83,50 @@ impl Checker<'_> {
         Some(p)
     }
 
-    /// Checks a named predicate on its own (parameters are tensors of unknown operators).
-    pub fn check_predicate_def(&mut self, params: &[ast::Name], body: &ast::Expr) {
-        let args: Vec<(String, Pred, PType)> = params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.text.clone(), Pred::Capture(i as u32), PType::Tensor(None)))
-            .collect();
+    /// The operators a predicate parameter is declared to be a call of (`None` if untyped).
+    fn param_ops(&mut self, ops: &[ast::Name]) -> Option<Option<Vec<OpId>>> {
+        if ops.is_empty() {
+            return Some(None);
+        }
+        let mut out = Vec::new();
+        for n in ops {
+            match registry().lookup(&n.text) {
+                Some(op) => out.push(op),
+                None => {
+                    let mut d = Diagnostic::error(E1301, format!("unknown operator `{}`", n.text))
+                        .with_primary(n.span, "not a registered operator");
+                    if let Some(s) = registry().suggest(&n.text) {
+                        d = d.with_note(format!("help: did you mean `{s}`?"));
+                    }
+                    self.report(d);
+                    return None;
+                }
+            }
+        }
+        Some(Some(out))
+    }
+
+    /// Checks a named predicate on its own.
+    pub fn check_predicate_def(
+        &mut self,
+        params: &[(ast::Name, Vec<ast::Name>)],
+        body: &ast::Expr,
+    ) {
+        let mut args: Vec<(String, Pred, PType)> = Vec::new();
+        for (i, (p, ops)) in params.iter().enumerate() {
+            if let Some((prev, _)) = params[..i].iter().find(|(q, _)| q.text == p.text) {
+                let d =
+                    Diagnostic::error(E1202, format!("parameter `{}` is declared twice", p.text))
+                        .with_primary(p.span, "declared again here")
+                        .with_secondary(prev.span, "first declared here");
+                self.report(d);
+                return;
+            }
+            let Some(ops) = self.param_ops(ops) else {
+                return;
+            };
+            args.push((p.text.clone(), Pred::Capture(i as u32), PType::Tensor(ops)));
+        }
         if let Some((_, t)) = self.pred(body, &Env::Inlined(&args)) {
             if t != PType::Bool {
                 let d = Diagnostic::error(
@@ -377,16 +414,37 @@ impl Checker<'_> {
             return None;
         }
         let mut bound = Vec::new();
-        for (p, a) in params.iter().zip(args) {
+        for ((p, ops), a) in params.iter().zip(args) {
             let (ap, at) = self.pred(a, env)?;
-            if !matches!(at, PType::Tensor(_)) {
+            let PType::Tensor(arg_ops) = &at else {
                 return self.type_error(
                     a.span,
                     format!("predicate arguments are tensors, this is a {at}"),
                     format!("has type {at}"),
                 );
+            };
+            let declared = self.muted(|cx| cx.param_ops(ops))?;
+            if let Some(want) = &declared {
+                let fits = arg_ops
+                    .as_ref()
+                    .is_some_and(|have| have.iter().all(|o| want.contains(o)));
+                if !fits {
+                    let names: Vec<&str> = want.iter().map(|o| registry().get(*o).name).collect();
+                    let d = Diagnostic::error(
+                        E1401,
+                        format!("`{}` must be a call of {}", p.text, names.join(" or ")),
+                    )
+                    .with_primary(a.span, "not known to be such a call")
+                    .with_secondary(p.span, "parameter declared here")
+                    .with_note(
+                        "bind the argument to a call pattern, as in `nn.conv2d(_, _) as $conv`",
+                    );
+                    self.report(d);
+                    return None;
+                }
             }
-            bound.push((p.text.clone(), ap, at));
+            let t = PType::Tensor(declared.or_else(|| arg_ops.clone()));
+            bound.push((p.text.clone(), ap, t));
         }
         if !self.enter_def(d, name.span) {
             return None;

@@ -117,6 +117,28 @@ impl<'m> Checker<'m> {
             }
         }
         self.check_defs();
+        self.check_let_annotations();
+    }
+
+    /// A fully annotated let-bound variable takes its type from the annotation (so recursive
+    /// functions can be bound), so its value is checked against the annotation here, once every
+    /// expression has been typed.
+    fn check_let_annotations(&mut self) {
+        let m = self.m;
+        for e in &m.exprs {
+            let Expr::Let { var, value, .. } = e else { continue };
+            let v = m.var(*var);
+            let Some(ann) = v.annotation.as_ref().filter(|t| !t.is_incomplete()) else {
+                continue;
+            };
+            let Some(t) = self.types[value.index()].clone() else { continue };
+            if !ann.admits(&t) {
+                let d = Diagnostic::error(E0504, format!("`%{}` is annotated `{ann}` but is bound to a value of type `{t}`", v.name))
+                    .with_primary(v.span, "annotation does not match")
+                    .with_secondary(m.span(*value), format!("this has type `{t}`"));
+                self.diags.push(d);
+            }
+        }
     }
 
     /// The expressions whose types `e`'s type depends on.
@@ -234,8 +256,8 @@ impl<'m> Checker<'m> {
                     .map(|a| self.ty(*a).cloned())
                     .collect::<Option<Vec<_>>>()?;
                 match callee {
-                    Callee::Op(op) => self.op_call(*op, args, &arg_types, attrs, span),
-                    Callee::Expr(c) => self.fn_call(*c, args, &arg_types, span),
+                    Callee::Op(op) => self.op_call(e, *op, args, &arg_types, attrs, span),
+                    Callee::Expr(c) => self.fn_call(e, *c, args, &arg_types, span),
                 }
             }
             Expr::Tuple(fields) => fields
@@ -275,7 +297,7 @@ impl<'m> Checker<'m> {
                 cond,
                 then_branch,
                 else_branch,
-            } => self.if_type(*cond, *then_branch, *else_branch, span),
+            } => self.if_type(e, *cond, *then_branch, *else_branch, span),
             Expr::Func(f) => self.func_type(*f),
             Expr::Global(g) => {
                 let global = &m.globals[g.index()];
@@ -326,6 +348,7 @@ impl<'m> Checker<'m> {
 
     fn op_call(
         &mut self,
+        call_id: ExprId,
         op: OpId,
         args: &[ExprId],
         arg_types: &[Type],
@@ -349,7 +372,7 @@ impl<'m> Checker<'m> {
                 if let Some(i) = err.arg {
                     if let (Some(a), Some(t)) = (args.get(i), arg_types.get(i)) {
                         d = d.with_secondary(
-                            self.m.span(*a),
+                            self.m.operand_span(call_id, i, *a),
                             format!("`{}` has type `{t}`", call.arg_name(i)),
                         );
                     }
@@ -361,6 +384,7 @@ impl<'m> Checker<'m> {
 
     fn fn_call(
         &mut self,
+        call_id: ExprId,
         callee: ExprId,
         args: &[ExprId],
         arg_types: &[Type],
@@ -400,7 +424,7 @@ impl<'m> Checker<'m> {
                         E0506,
                         format!("argument {i} has type `{a}`, but the function expects `{p}`"),
                     )
-                    .with_primary(self.m.span(args[i]), "mismatched argument")
+                    .with_primary(self.m.operand_span(call_id, i, args[i]), "mismatched argument")
                     .with_secondary(self.m.span(callee), "callee"),
                 );
             }
@@ -410,6 +434,7 @@ impl<'m> Checker<'m> {
 
     fn if_type(
         &mut self,
+        if_id: ExprId,
         cond: ExprId,
         then_b: ExprId,
         else_b: ExprId,
@@ -423,7 +448,7 @@ impl<'m> Checker<'m> {
                     E0508,
                     format!("the condition of `if` must be a `bool` scalar, found `{ct}`"),
                 )
-                .with_primary(self.m.span(cond), "not a boolean scalar")
+                .with_primary(self.m.operand_span(if_id, 0, cond), "not a boolean scalar")
                 .with_secondary(span, "in this `if`"),
             );
         }
@@ -435,8 +460,8 @@ impl<'m> Checker<'m> {
                     E0508,
                     format!("the branches of `if` have different types, `{tt}` and `{et}`"),
                 )
-                .with_primary(self.m.span(else_b), format!("this has type `{et}`"))
-                .with_secondary(self.m.span(then_b), format!("this has type `{tt}`")),
+                .with_primary(self.m.operand_span(if_id, 2, else_b), format!("this has type `{et}`"))
+                .with_secondary(self.m.operand_span(if_id, 1, then_b), format!("this has type `{tt}`")),
             );
         }
         Some(tt)

@@ -14,8 +14,9 @@ use std::hash::{Hash, Hasher};
 pub enum AttrValue {
     /// An integer literal and its dtype (`int32` unless suffixed).
     Int(i64, DType),
-    /// A float literal and its dtype (`float32` for `f`, else the suffix width). Fields declared
-    /// as `double` hold `float64` values and print with a plain `f` suffix.
+    /// A float literal and its dtype (`float32` for `f`, else the suffix width). The value is
+    /// kept exactly as written. Fields declared as `double` are tagged `float32`, so they print
+    /// with a plain `f` suffix as TVM's printer writes them, but keep full precision.
     Float(f64, DType),
     /// `True` or `False`.
     Bool(bool),
@@ -247,8 +248,8 @@ impl AttrType {
                 _ => bad(&v),
             },
             AttrType::Float => match v {
-                AttrValue::Float(x, _) => Ok(AttrValue::Float(x, DType::F64)),
-                AttrValue::Int(x, _) => Ok(AttrValue::Float(x as f64, DType::F64)),
+                AttrValue::Float(x, _) => Ok(AttrValue::Float(x, DType::F32)),
+                AttrValue::Int(x, _) => Ok(AttrValue::Float(x as f64, DType::F32)),
                 _ => bad(&v),
             },
             AttrType::Bool => match v.as_bool() {
@@ -319,7 +320,7 @@ impl AttrDefault {
     pub fn value(self) -> AttrValue {
         match self {
             AttrDefault::Int(v) => AttrValue::int(v),
-            AttrDefault::Float(v) => AttrValue::Float(v, DType::F64),
+            AttrDefault::Float(v) => AttrValue::Float(v, DType::F32),
             AttrDefault::Bool(b) => AttrValue::Bool(b),
             AttrDefault::Str(s) => AttrValue::Str(s.to_string()),
             AttrDefault::Ints(v) => AttrValue::ints(v),
@@ -405,7 +406,7 @@ mod tests {
         assert!(AttrType::Ints.coerce(AttrValue::Str("x".into())).is_err());
         assert_eq!(
             AttrType::Float.coerce(AttrValue::int(2)),
-            Ok(AttrValue::Float(2.0, DType::F64))
+            Ok(AttrValue::Float(2.0, DType::F32))
         );
         assert!(AttrType::DType
             .coerce(AttrValue::Str("floaty".into()))

@@ -33,7 +33,8 @@ pub fn float_suffix(d: DType) -> &'static str {
 pub fn write_float(f: &mut dyn fmt::Write, v: f64, d: DType) -> fmt::Result {
     let suffix = float_suffix(d);
     if v.is_nan() {
-        return write!(f, "nan{suffix}");
+        let sign = if v.is_sign_negative() { "-" } else { "" };
+        return write!(f, "{sign}nan{suffix}");
     }
     if v.is_infinite() {
         let sign = if v < 0.0 { "-" } else { "" };

@@ -263,6 +263,9 @@ pub struct Module {
     pub funcs: Vec<Function>,
     /// The metadata section, if the text had one.
     pub meta: MetaTable,
+    /// Where operand `i` of an expression is written, when that differs from the operand's own
+    /// span (a variable or a `%N` used at a later place). Keyed by (user, operand index).
+    pub use_spans: std::collections::HashMap<(ExprId, u32), Span>,
 }
 
 impl Module {
@@ -288,6 +291,14 @@ impl Module {
     /// The span of an expression.
     pub fn span(&self, id: ExprId) -> Span {
         self.spans[id.index()]
+    }
+
+    /// Where operand `i` of `user` is written (falls back to the operand's own span).
+    pub fn operand_span(&self, user: ExprId, i: usize, operand: ExprId) -> Span {
+        self.use_spans
+            .get(&(user, i as u32))
+            .copied()
+            .unwrap_or_else(|| self.span(operand))
     }
 
     /// The inferred type of an expression, if type inference has run and succeeded for it.

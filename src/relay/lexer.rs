@@ -207,19 +207,28 @@ fn block_comment(lex: &mut Lexer<Tok>) -> Result<(), LexError> {
 
 fn meta_ref(lex: &mut Lexer<Tok>) -> Result<(), LexError> {
     let rest = lex.remainder().as_bytes();
-    let key_len = rest
-        .iter()
-        .position(|&b| b == b']' || b == b'\n' || b == b' ')
-        .ok_or(LexError::MalformedMeta)?;
+    // On error, cover the malformed reference up to the next space or line end.
+    let malformed = |lex: &mut Lexer<Tok>| {
+        let n = rest
+            .iter()
+            .take(256)
+            .take_while(|&&b| !b.is_ascii_whitespace() && b != b',' && b != b')' && b != b';')
+            .count();
+        lex.bump(n);
+        LexError::MalformedMeta
+    };
+    let Some(key_len) = rest.iter().position(|&b| b == b']' || b == b'\n' || b == b' ') else {
+        return Err(malformed(lex));
+    };
     if key_len == 0 || rest[key_len] != b']' || rest.get(key_len + 1) != Some(&b'[') {
-        return Err(LexError::MalformedMeta);
+        return Err(malformed(lex));
     }
     let digits = rest[key_len + 2..]
         .iter()
         .take_while(|b| b.is_ascii_digit())
         .count();
     if digits == 0 || rest.get(key_len + 2 + digits) != Some(&b']') {
-        return Err(LexError::MalformedMeta);
+        return Err(malformed(lex));
     }
     lex.bump(key_len + 3 + digits);
     Ok(())

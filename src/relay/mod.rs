@@ -9,6 +9,7 @@ pub mod metadata;
 pub mod number;
 mod parser;
 pub mod print;
+mod print_scopes;
 
 pub use parser::MAX_DEPTH;
 

@@ -106,7 +106,12 @@ pub fn parse_number(text: &str) -> Result<Number, NumberError> {
 
 fn parse_int(digits: &str, negative: bool, text: &str) -> Result<i64, NumberError> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        let help = if digits
+        let inner_sign = digits
+            .char_indices()
+            .any(|(i, c)| (c == '-' || c == '+') && i > 0 && !digits[..i].ends_with(['e', 'E']));
+        let help = if inner_sign {
+            Some("a `-` or `+` right after a digit continues the number; write `subtract(2, 1)`, or put spaces around the operator")
+        } else if digits
             .bytes()
             .all(|b| b.is_ascii_digit() || b"eE.+-".contains(&b))
         {
@@ -215,6 +220,7 @@ mod tests {
         assert_eq!(code("2147483648i32"), E0105);
         assert_eq!(code("99999999999999999999"), E0105);
         assert_eq!(code("1e5f3x"), E0104);
-        assert!(parse_number("0.5").unwrap_err().help.is_some());
+        assert!(parse_number("0.5").unwrap_err().help.unwrap().contains("suffix"));
+        assert!(parse_number("2-1").unwrap_err().help.unwrap().contains("subtract"));
     }
 }

@@ -11,6 +11,7 @@
 
 use crate::ir::literal::{write_float, write_int};
 use crate::ir::*;
+use super::print_scopes::{ScopeId, Scopes};
 use crate::ops::registry;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -37,20 +38,18 @@ pub fn print_module(m: &Module) -> String {
 
 /// Prints a module.
 pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
-    let mut p = Printer::new(m, opts);
-    p.out.push_str("#[version = \"0.0.5\"]\n");
     let mut defs: Vec<(GlobalId, FuncId)> = m.defs.clone();
-    defs.sort_by(|a, b| {
-        m.globals[a.0.index()]
-            .name
-            .cmp(&m.globals[b.0.index()].name)
-    });
-    for (i, (g, f)) in defs.iter().enumerate() {
+    defs.sort_by(|a, b| m.globals[a.0.index()].name.cmp(&m.globals[b.0.index()].name));
+    let roots: Vec<ExprId> = defs.iter().map(|(_, f)| m.func(*f).body).collect();
+    let (scopes, root_scopes) = Scopes::compute(m, &roots);
+    let mut p = Printer::new(m, opts, scopes);
+    p.out.push_str("#[version = \"0.0.5\"]\n");
+    for (i, ((g, f), sc)) in defs.iter().zip(root_scopes).enumerate() {
         if i > 0 {
             p.out.push('\n');
         }
         let head = format!("def @{}", m.globals[g.index()].name);
-        let text = p.function(*f, &head, 0);
+        let text = p.function(*f, sc, &head, 0);
         p.out.push_str(&text);
         p.out.push('\n');
     }
@@ -67,10 +66,11 @@ struct Printer<'m> {
     uses: Vec<u32>,
     var_names: Vec<Option<String>>,
     used_names: HashSet<String>,
+    scopes: Scopes,
 }
 
 impl<'m> Printer<'m> {
-    fn new(m: &'m Module, opts: PrintOptions) -> Printer<'m> {
+    fn new(m: &'m Module, opts: PrintOptions, scopes: Scopes) -> Printer<'m> {
         let n = m.exprs.len();
         let mut uses = vec![0u32; n];
         for (i, e) in m.exprs.iter().enumerate() {
@@ -91,6 +91,7 @@ impl<'m> Printer<'m> {
             uses,
             var_names: vec![None; m.vars.len()],
             used_names: HashSet::new(),
+            scopes,
         }
     }
 
@@ -99,9 +100,7 @@ impl<'m> Printer<'m> {
             return n.clone();
         }
         let base = &self.m.var(v).name;
-        let base = if base.is_empty()
-            || !base.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-        {
+        let base = if base.is_empty() || !base.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
             format!("v{base}")
         } else {
             base.clone()
@@ -137,8 +136,8 @@ impl<'m> Printer<'m> {
         s
     }
 
-    /// `<head>(params, attrs) -> ret {` body `}` at the given indentation.
-    fn function(&mut self, f: FuncId, head: &str, indent: usize) -> String {
+    /// `<head>(params, attrs) -> ret {` body `}` at the given indentation; the body is scope `sc`.
+    fn function(&mut self, f: FuncId, sc: ScopeId, head: &str, indent: usize) -> String {
         let func = self.m.func(f);
         let mut parts: Vec<String> = func.params.iter().map(|&p| self.binder(p)).collect();
         for (k, v) in &func.attrs {
@@ -152,45 +151,40 @@ impl<'m> Printer<'m> {
             let _ = write!(s, " -> {t}");
         }
         s.push_str(" {\n");
-        let body = self.scope(func.body, indent + 1);
+        let body = self.scope(sc, indent + 1);
         s.push_str(&body);
         s.push_str(&"  ".repeat(indent));
         s.push('}');
         s
     }
 
-    /// Prints the lines of a scope whose result is `root`, then the result, and returns them.
-    fn scope(&mut self, root: ExprId, indent: usize) -> String {
+    /// Prints the lines of scope `sc`, ending with its root, and returns them.
+    fn scope(&mut self, sc: ScopeId, indent: usize) -> String {
         let saved = std::mem::take(&mut self.out);
-        let mut root = root;
-        // A chain of lets is printed as consecutive lines of the same scope.
-        loop {
-            if let Expr::Let { var, value, body } = self.m.expr(root) {
-                let (var, value, body) = (*var, *value, *body);
-                let value_text = self.emit_inline(value, indent);
-                let binder = self.binder(var);
-                let _ = writeln!(
-                    self.out,
-                    "{}let {binder} = {value_text};",
-                    "  ".repeat(indent)
-                );
-                root = body;
-                continue;
+        let mut root = self.scopes.root[sc as usize];
+        // A chain of lets is printed as consecutive lines of the scope.
+        while let Expr::Let { var, value, body } = self.m.expr(root) {
+            let (var, value, body) = (*var, *value, *body);
+            if !(self.scopes.chain[root.index()] || self.scopes.root[sc as usize] == root) {
+                break;
             }
-            break;
+            let value_text = self.emit_inline(value, sc, indent);
+            let binder = self.binder(var);
+            let _ = writeln!(self.out, "{}let {binder} = {value_text};", "  ".repeat(indent));
+            root = body;
         }
-        let text = self.emit_inline(root, indent);
+        let text = self.emit_inline(root, sc, indent);
         let _ = writeln!(self.out, "{}{text}", "  ".repeat(indent));
         std::mem::replace(&mut self.out, saved)
     }
 
     /// Emits the lines `e` depends on and returns the inline text of `e` itself (with its type
     /// comment), binding it to `%N` first if it has more than one use.
-    fn emit_inline(&mut self, e: ExprId, indent: usize) -> String {
+    fn emit_inline(&mut self, e: ExprId, sc: ScopeId, indent: usize) -> String {
         if let Some(r) = &self.refs[e.index()] {
             return r.clone();
         }
-        self.emit_operands(e, indent);
+        self.emit_operands(e, sc, indent);
         if self.uses[e.index()] > 1 && !self.is_atomic(e) {
             return self.bind(e, indent);
         }
@@ -208,44 +202,54 @@ impl<'m> Printer<'m> {
         )
     }
 
-    /// The operands printed in the current scope (new scopes are printed with their owner).
-    fn scope_operands(&self, e: ExprId) -> Vec<ExprId> {
+    /// The operands to print in scope `sc` before `e`: its ordinary operands, or, for an
+    /// expression that opens scopes, the values of `sc` used inside those scopes.
+    fn scope_operands(&self, e: ExprId, sc: ScopeId) -> Vec<ExprId> {
         match self.m.expr(e) {
-            Expr::Func(f) => self.captures(*f),
-            Expr::If { cond, .. } => vec![*cond],
-            Expr::Let { .. } => Vec::new(),
+            Expr::If { cond, .. } => {
+                let mut v = vec![*cond];
+                v.extend(self.hoisted(e, sc));
+                v
+            }
+            Expr::Func(_) | Expr::Let { .. } => self.hoisted(e, sc),
             _ => self.m.operands(e),
         }
     }
 
-    /// Non-atomic expressions used inside a function literal but allocated outside it: they
-    /// must be printed in the enclosing scope, before the literal.
-    fn captures(&self, f: FuncId) -> Vec<ExprId> {
-        let func = self.m.func(f);
-        let lo = func.first_expr.index();
+    /// Non-atomic, unprinted expressions bound in `sc` that are used inside the scopes `e`
+    /// opens (at any depth).
+    fn hoisted(&self, e: ExprId, sc: ScopeId) -> Vec<ExprId> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        let mut stack = vec![func.body];
+        let mut stack = Vec::new();
+        match self.m.expr(e) {
+            Expr::If {
+                then_branch,
+                else_branch,
+                ..
+            } => stack.extend([*then_branch, *else_branch]),
+            Expr::Func(f) => stack.push(self.m.func(*f).body),
+            Expr::Let { value, body, .. } => stack.extend([*value, *body]),
+            _ => {}
+        }
         while let Some(x) = stack.pop() {
-            if !seen.insert(x) {
+            if !seen.insert(x) || self.refs[x.index()].is_some() || self.is_atomic(x) {
                 continue;
             }
-            if x.index() < lo && !self.is_atomic(x) {
+            if self.scopes.of_expr[x.index()] == Some(sc) {
                 out.push(x);
                 continue;
             }
-            if x.index() >= lo {
-                self.m.for_each_operand(x, |c| stack.push(c));
-            }
+            self.m.for_each_operand(x, |c| stack.push(c));
         }
         out.sort();
         out
     }
 
-    /// Post-order emission of every not-yet-printed operand of `e` (iterative).
-    fn emit_operands(&mut self, e: ExprId, indent: usize) {
+    /// Post-order emission of every not-yet-printed operand of `e` bound in scope `sc`.
+    fn emit_operands(&mut self, e: ExprId, sc: ScopeId, indent: usize) {
         let mut stack: Vec<(ExprId, bool)> = self
-            .scope_operands(e)
+            .scope_operands(e, sc)
             .into_iter()
             .rev()
             .map(|c| (c, false))
@@ -269,14 +273,13 @@ impl<'m> Printer<'m> {
                 continue;
             }
             stack.push((x, true));
-            for c in self.scope_operands(x).into_iter().rev() {
+            for c in self.scope_operands(x, sc).into_iter().rev() {
                 if self.refs[c.index()].is_none() {
                     stack.push((c, false));
                 }
             }
         }
     }
-
     /// Emits `%N = <text>;` for `e` (whose operands are printed) and returns `%N`.
     fn bind(&mut self, e: ExprId, indent: usize) -> String {
         let text = self.text(e, indent);
@@ -285,6 +288,11 @@ impl<'m> Printer<'m> {
         let _ = writeln!(self.out, "{}{name} = {text};", "  ".repeat(indent));
         self.refs[e.index()] = Some(name.clone());
         name
+    }
+
+    /// The scope `e` opens in `slot` (0: body, 1: then, 2: else).
+    fn child(&self, e: ExprId, slot: u8) -> ScopeId {
+        self.scopes.child.get(&(e, slot)).copied().unwrap_or(0)
     }
 
     fn r(&self, e: ExprId) -> String {
@@ -344,23 +352,22 @@ impl<'m> Printer<'m> {
                 format!("{}.{index}{}", self.r(*tuple), self.ty_comment(e))
             }
             Expr::Func(f) => {
-                let text = self.function(*f, "fn ", indent);
+                let sc = self.child(e, 0);
+                let text = self.function(*f, sc, "fn ", indent);
                 format!("{text}{}", self.ty_comment(e))
             }
-            Expr::If {
-                cond,
-                then_branch,
-                else_branch,
-            } => {
+            Expr::If { cond, .. } => {
                 let c = self.r(*cond);
                 let pad = "  ".repeat(indent);
-                let t = self.scope(*then_branch, indent + 1);
-                let f = self.scope(*else_branch, indent + 1);
+                let (ts, es) = (self.child(e, 1), self.child(e, 2));
+                let t = self.scope(ts, indent + 1);
+                let f = self.scope(es, indent + 1);
                 format!("if ({c}) {{\n{t}{pad}}} else {{\n{f}{pad}}}")
             }
             Expr::Let { .. } => {
                 let pad = "  ".repeat(indent);
-                let inner = self.scope(e, indent + 1);
+                let sc = self.child(e, 0);
+                let inner = self.scope(sc, indent + 1);
                 format!("(\n{inner}{pad})")
             }
         }

@@ -6,7 +6,7 @@ use crate::support::{load_ok, load_text, rel, round_trip};
 
 #[test]
 fn ok_fixtures_load_and_round_trip() {
-    insta::glob!("../fixtures/relay/ok/*.relay", |path| {
+    insta::glob!("../fixtures/relay", "ok/*.relay", |path| {
         let m = load_ok(path);
         let printed = round_trip(&rel(path), &m);
         insta::assert_snapshot!(printed);
@@ -15,7 +15,7 @@ fn ok_fixtures_load_and_round_trip() {
 
 #[test]
 fn err_fixtures_report_their_code() {
-    insta::glob!("../fixtures/relay/err/*.relay", |path| {
+    insta::glob!("../fixtures/relay", "err/*.relay", |path| {
         let text = std::fs::read_to_string(path).unwrap();
         let expected = text
             .lines()

@@ -125,8 +125,14 @@ impl<'s> Parser<'s> {
                 };
                 match self.m.meta.get(key, index) {
                     Some(MetaObject::Device(d)) => AttrValue::Device(d.clone()),
+                    None if key == "VirtualDevice" && self.metadata_failed => AttrValue::Device(VirtualDevice::unconstrained()),
                     None if key == "VirtualDevice" => {
-                        let d = Diagnostic::error(E0602, format!("`meta[{key}][{index}]` is not in the metadata section"))
+                        let msg = if self.m.meta.is_empty() {
+                            format!("`meta[{key}][{index}]` cannot be resolved: the module has no metadata section")
+                        } else {
+                            format!("`meta[{key}][{index}]` is not in the metadata section")
+                        };
+                        let d = Diagnostic::error(E0602, msg)
                             .with_primary(self.span(t), "unresolved meta reference")
                             .with_note("write the device inline instead, e.g. `VirtualDevice(device=\"cuda\", id=0)`");
                         return Err(self.fatal(d));

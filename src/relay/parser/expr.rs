@@ -181,6 +181,7 @@ impl<'s> Parser<'s> {
     fn call_args(&mut self, callee: Prim, start: Span) -> PResult<ExprId> {
         self.bump();
         let mut args = Vec::new();
+        let mut arg_spans = Vec::new();
         let mut attr_list = Vec::new();
         loop {
             if self.peek() == Tok::RParen {
@@ -190,7 +191,9 @@ impl<'s> Parser<'s> {
                 attr_list = self.attr_list(Tok::RParen)?;
                 break;
             }
+            let arg_start = self.here();
             args.push(self.expr()?);
+            arg_spans.push(self.since(arg_start));
             if !self.eat(Tok::Comma) {
                 break;
             }
@@ -229,14 +232,35 @@ impl<'s> Parser<'s> {
                 (Callee::Expr(e), Attrs::default())
             }
         };
-        Ok(self.m.push(
+        let call = self.m.push(
             Expr::Call {
                 callee,
                 args,
                 attrs,
             },
             span,
-        ))
+        );
+        self.record_use_spans(call, &arg_spans);
+        Ok(call)
+    }
+
+    /// Remembers where each operand of `user` is written, where that is not its own span.
+    fn record_use_spans(&mut self, user: ExprId, spans: &[Span]) {
+        let operands = match self.m.expr(user) {
+            Expr::Call { args, .. } => args.clone(),
+            Expr::Tuple(fields) => fields.clone(),
+            Expr::If {
+                cond,
+                then_branch,
+                else_branch,
+            } => vec![*cond, *then_branch, *else_branch],
+            _ => return,
+        };
+        for (i, (&op, &s)) in operands.iter().zip(spans).enumerate() {
+            if self.m.span(op) != s {
+                self.m.use_spans.insert((user, i as u32), s);
+            }
+        }
     }
 
     fn primary(&mut self) -> PResult<Prim> {
@@ -359,24 +383,32 @@ impl<'s> Parser<'s> {
         let start = self.here();
         self.bump();
         self.expect(Tok::LParen, "`(` after `if`")?;
+        let s0 = self.here();
         let cond = self.expr()?;
+        let cond_span = self.since(s0);
         self.expect(Tok::RParen, "`)` after the condition")?;
         self.expect(Tok::LBrace, "`{` to start the true branch")?;
+        let s1 = self.here();
         let then_branch = self.expr()?;
+        let then_span = self.since(s1);
         self.expect(Tok::RBrace, "`}` to end the true branch")?;
         self.expect(Tok::Else, "`else`")?;
         self.expect(Tok::LBrace, "`{` to start the false branch")?;
+        let s2 = self.here();
         let else_branch = self.expr()?;
+        let else_span = self.since(s2);
         self.expect(Tok::RBrace, "`}` to end the false branch")?;
         let span = self.since(start);
-        Ok(self.m.push(
+        let e = self.m.push(
             Expr::If {
                 cond,
                 then_branch,
                 else_branch,
             },
             span,
-        ))
+        );
+        self.record_use_spans(e, &[cond_span, then_span, else_span]);
+        Ok(e)
     }
 
     /// `()`, `(e)`, `(e,)`, `(a, b, ...)`.
@@ -387,21 +419,27 @@ impl<'s> Parser<'s> {
             let span = self.since(start);
             return Ok(self.m.push(Expr::Tuple(Vec::new()), span));
         }
+        let s0 = self.here();
         let first = self.expr()?;
         if self.eat(Tok::RParen) {
             return Ok(first);
         }
+        let mut field_spans = vec![self.since(s0)];
         self.expect(Tok::Comma, "`,` or `)`")?;
         let mut fields = vec![first];
         while self.peek() != Tok::RParen {
+            let s = self.here();
             fields.push(self.expr()?);
+            field_spans.push(self.since(s));
             if !self.eat(Tok::Comma) {
                 break;
             }
         }
         self.expect(Tok::RParen, "`,` or `)` in the tuple")?;
         let span = self.since(start);
-        Ok(self.m.push(Expr::Tuple(fields), span))
+        let e = self.m.push(Expr::Tuple(fields), span);
+        self.record_use_spans(e, &field_spans);
+        Ok(e)
     }
 
     /// `meta[relay.Constant][i]` in expression position, typed by the metadata section or by the
@@ -426,6 +464,7 @@ impl<'s> Parser<'s> {
                 );
             return Err(self.fatal(d));
         }
+        let had_comment = self.type_comment_for(tok_index).is_some();
         let comment = self.type_comment_for(tok_index).and_then(|(s, e)| {
             let cspan = Span::new(self.file, s as usize, e as usize);
             match self.with_subtext(s + 2, e - 2, |p| {
@@ -488,7 +527,18 @@ impl<'s> Parser<'s> {
                 );
                 return Err(self.fatal(d));
             }
-            None if !self.m.meta.is_empty() => {
+            None if !self.m.meta.is_empty() || self.metadata_failed => {
+                if self.metadata_failed {
+                    // The metadata section itself was reported; do not pile on.
+                    return Ok(self.m.push(
+                        Expr::Const(Constant::Meta {
+                            key: key.to_string(),
+                            index,
+                            ty: comment.map(|c| c.0).unwrap_or_else(|| TensorType::scalar(DType::F32)),
+                        }),
+                        span,
+                    ));
+                }
                 let d = Diagnostic::error(
                     E0602,
                     format!("`meta[{key}][{index}]` is not in the metadata section"),
@@ -512,7 +562,7 @@ impl<'s> Parser<'s> {
             (Some(t), None) => t,
             (None, Some((c, _))) => c.clone(),
             (None, None) => {
-                if self.m.meta.is_empty() {
+                if self.m.meta.is_empty() && !had_comment {
                     let d = Diagnostic::error(E0603, format!("the type of `meta[{key}][{index}]` is unknown"))
                         .with_primary(span, "constant without a type")
                         .with_note("add a comment such as `/* ty=Tensor[(8, 16), float32] */` right after the reference, or a `#[metadata]` section");

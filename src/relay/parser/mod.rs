@@ -42,6 +42,8 @@ pub(crate) struct Parser<'s> {
     locals: Vec<(Box<str>, VarId)>,
     meta_consts: HashMap<(String, u32), SeenConstant>,
     global_ids: HashMap<String, GlobalId>,
+    /// Whether the metadata section failed to parse (its references are then not reported).
+    pub(crate) metadata_failed: bool,
 }
 
 /// Parses a whole module.
@@ -64,6 +66,7 @@ pub fn parse_module(src: &str, file: FileId) -> Result<Module, Diagnostics> {
         locals: Vec::new(),
         meta_consts: HashMap::new(),
         global_ids: HashMap::new(),
+        metadata_failed: false,
     };
     if let Some((s, e)) = lexed.metadata {
         p.read_metadata(s, e);
@@ -516,11 +519,16 @@ impl<'s> Parser<'s> {
         self.locals.iter().map(|(n, _)| &**n)
     }
 
+    /// The `%N` names in scope, most recently bound first (suggestions must not depend on
+    /// hash order, and the latest binding is the likeliest one meant).
     pub(crate) fn graph_names(&self) -> Vec<&str> {
-        self.graph_scopes
+        let mut names: Vec<(ExprId, &str)> = self
+            .graph_scopes
             .iter()
-            .flat_map(|s| s.keys().map(|k| &**k))
-            .collect()
+            .flat_map(|s| s.iter().map(|(k, &(e, _))| (e, &**k)))
+            .collect();
+        names.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        names.into_iter().map(|(_, n)| n).collect()
     }
 
     pub(crate) fn type_comment_for(&self, tok_index: usize) -> Option<(u32, u32)> {
@@ -572,6 +580,7 @@ impl<'s> Parser<'s> {
         match super::metadata::parse_metadata(json) {
             Ok(table) => self.m.meta = table,
             Err(e) => {
+                self.metadata_failed = true;
                 let at = start as usize + e.offset.unwrap_or(0).min(json.len());
                 let span = Span::new(self.file, at, (at + 1).min(end as usize).max(at));
                 let d =

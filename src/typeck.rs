@@ -126,16 +126,26 @@ impl<'m> Checker<'m> {
     fn check_let_annotations(&mut self) {
         let m = self.m;
         for e in &m.exprs {
-            let Expr::Let { var, value, .. } = e else { continue };
+            let Expr::Let { var, value, .. } = e else {
+                continue;
+            };
             let v = m.var(*var);
             let Some(ann) = v.annotation.as_ref().filter(|t| !t.is_incomplete()) else {
                 continue;
             };
-            let Some(t) = self.types[value.index()].clone() else { continue };
+            let Some(t) = self.types[value.index()].clone() else {
+                continue;
+            };
             if !ann.admits(&t) {
-                let d = Diagnostic::error(E0504, format!("`%{}` is annotated `{ann}` but is bound to a value of type `{t}`", v.name))
-                    .with_primary(v.span, "annotation does not match")
-                    .with_secondary(m.span(*value), format!("this has type `{t}`"));
+                let d = Diagnostic::error(
+                    E0504,
+                    format!(
+                        "`%{}` is annotated `{ann}` but is bound to a value of type `{t}`",
+                        v.name
+                    ),
+                )
+                .with_primary(v.span, "annotation does not match")
+                .with_secondary(m.span(*value), format!("this has type `{t}`"));
                 self.diags.push(d);
             }
         }
@@ -424,7 +434,10 @@ impl<'m> Checker<'m> {
                         E0506,
                         format!("argument {i} has type `{a}`, but the function expects `{p}`"),
                     )
-                    .with_primary(self.m.operand_span(call_id, i, args[i]), "mismatched argument")
+                    .with_primary(
+                        self.m.operand_span(call_id, i, args[i]),
+                        "mismatched argument",
+                    )
                     .with_secondary(self.m.span(callee), "callee"),
                 );
             }
@@ -460,8 +473,14 @@ impl<'m> Checker<'m> {
                     E0508,
                     format!("the branches of `if` have different types, `{tt}` and `{et}`"),
                 )
-                .with_primary(self.m.operand_span(if_id, 2, else_b), format!("this has type `{et}`"))
-                .with_secondary(self.m.operand_span(if_id, 1, then_b), format!("this has type `{tt}`")),
+                .with_primary(
+                    self.m.operand_span(if_id, 2, else_b),
+                    format!("this has type `{et}`"),
+                )
+                .with_secondary(
+                    self.m.operand_span(if_id, 1, then_b),
+                    format!("this has type `{tt}`"),
+                ),
             );
         }
         Some(tt)
@@ -480,7 +499,7 @@ impl<'m> Checker<'m> {
                 return self.error(
                     Diagnostic::error(E0504, format!("the function is declared to return `{ret}` but its body has type `{body}`"))
                         .with_primary(self.m.span(func.body), format!("this has type `{body}`"))
-                        .with_secondary(func.span, "in this function"),
+                        .with_secondary(func.ret_span.unwrap_or(func.span), format!("declared to return `{ret}`")),
                 );
             }
         }

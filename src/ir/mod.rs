@@ -182,6 +182,8 @@ pub struct Function {
     pub params: Vec<VarId>,
     /// The annotated result type, if any.
     pub ret_type: Option<Type>,
+    /// Where the result annotation (`-> T`) is written.
+    pub ret_span: Option<Span>,
     /// Function attributes (`Primitive=1`, `Compiler="cutlass"`, ...) in source order.
     pub attrs: Vec<(String, AttrValue)>,
     /// The device of the function's result (unconstrained when not written).

@@ -217,7 +217,10 @@ fn meta_ref(lex: &mut Lexer<Tok>) -> Result<(), LexError> {
         lex.bump(n);
         LexError::MalformedMeta
     };
-    let Some(key_len) = rest.iter().position(|&b| b == b']' || b == b'\n' || b == b' ') else {
+    let Some(key_len) = rest
+        .iter()
+        .position(|&b| b == b']' || b == b'\n' || b == b' ')
+    else {
         return Err(malformed(lex));
     };
     if key_len == 0 || rest[key_len] != b']' || rest.get(key_len + 1) != Some(&b'[') {

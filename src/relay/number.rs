@@ -220,7 +220,15 @@ mod tests {
         assert_eq!(code("2147483648i32"), E0105);
         assert_eq!(code("99999999999999999999"), E0105);
         assert_eq!(code("1e5f3x"), E0104);
-        assert!(parse_number("0.5").unwrap_err().help.unwrap().contains("suffix"));
-        assert!(parse_number("2-1").unwrap_err().help.unwrap().contains("subtract"));
+        assert!(parse_number("0.5")
+            .unwrap_err()
+            .help
+            .unwrap()
+            .contains("suffix"));
+        assert!(parse_number("2-1")
+            .unwrap_err()
+            .help
+            .unwrap()
+            .contains("subtract"));
     }
 }

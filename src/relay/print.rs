@@ -9,9 +9,9 @@
 //!
 //! Printing is a fixed point: printing the re-parsed output gives the same text.
 
+use super::print_scopes::{ScopeId, Scopes};
 use crate::ir::literal::{write_float, write_int};
 use crate::ir::*;
-use super::print_scopes::{ScopeId, Scopes};
 use crate::ops::registry;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -39,7 +39,11 @@ pub fn print_module(m: &Module) -> String {
 /// Prints a module.
 pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
     let mut defs: Vec<(GlobalId, FuncId)> = m.defs.clone();
-    defs.sort_by(|a, b| m.globals[a.0.index()].name.cmp(&m.globals[b.0.index()].name));
+    defs.sort_by(|a, b| {
+        m.globals[a.0.index()]
+            .name
+            .cmp(&m.globals[b.0.index()].name)
+    });
     let roots: Vec<ExprId> = defs.iter().map(|(_, f)| m.func(*f).body).collect();
     let (scopes, root_scopes) = Scopes::compute(m, &roots);
     let mut p = Printer::new(m, opts, scopes);
@@ -100,7 +104,9 @@ impl<'m> Printer<'m> {
             return n.clone();
         }
         let base = &self.m.var(v).name;
-        let base = if base.is_empty() || !base.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        let base = if base.is_empty()
+            || !base.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        {
             format!("v{base}")
         } else {
             base.clone()
@@ -170,7 +176,11 @@ impl<'m> Printer<'m> {
             }
             let value_text = self.emit_inline(value, sc, indent);
             let binder = self.binder(var);
-            let _ = writeln!(self.out, "{}let {binder} = {value_text};", "  ".repeat(indent));
+            let _ = writeln!(
+                self.out,
+                "{}let {binder} = {value_text};",
+                "  ".repeat(indent)
+            );
             root = body;
         }
         let text = self.emit_inline(root, sc, indent);

@@ -125,7 +125,9 @@ impl<'s> Parser<'s> {
                 };
                 match self.m.meta.get(key, index) {
                     Some(MetaObject::Device(d)) => AttrValue::Device(d.clone()),
-                    None if key == "VirtualDevice" && self.metadata_failed => AttrValue::Device(VirtualDevice::unconstrained()),
+                    None if key == "VirtualDevice" && self.metadata_failed => {
+                        AttrValue::Device(VirtualDevice::unconstrained())
+                    }
                     None if key == "VirtualDevice" => {
                         let msg = if self.m.meta.is_empty() {
                             format!("`meta[{key}][{index}]` cannot be resolved: the module has no metadata section")

@@ -534,7 +534,9 @@ impl<'s> Parser<'s> {
                         Expr::Const(Constant::Meta {
                             key: key.to_string(),
                             index,
-                            ty: comment.map(|c| c.0).unwrap_or_else(|| TensorType::scalar(DType::F32)),
+                            ty: comment
+                                .map(|c| c.0)
+                                .unwrap_or_else(|| TensorType::scalar(DType::F32)),
                         }),
                         span,
                     ));

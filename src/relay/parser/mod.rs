@@ -313,8 +313,8 @@ impl<'s> Parser<'s> {
         let g = self.intern_global(name, name_span);
         let func = self.function(self.span(start))?;
         let global = &mut self.m.globals[g.index()];
-        if let Some(prev) = global.def {
-            let prev_span = self.m.funcs[prev.index()].span;
+        if global.def.is_some() {
+            let prev_span = global.span;
             let d = Diagnostic::error(E0304, format!("`@{name}` is defined more than once"))
                 .with_primary(name_span, "redefined here")
                 .with_secondary(prev_span, "first defined here");
@@ -371,11 +371,13 @@ impl<'s> Parser<'s> {
             }
         }
         self.expect(Tok::RParen, "`)` or `,` in the parameter list")?;
+        let ret_start = self.here();
         let ret_type = if self.eat_arrow() {
             Some(self.ty()?)
         } else {
             None
         };
+        let ret_span = ret_type.as_ref().map(|_| self.since(ret_start));
         self.expect(Tok::LBrace, "`{` to start the function body")?;
         let body = self.expr()?;
         self.expect(Tok::RBrace, "`}` to end the function body")?;
@@ -386,6 +388,7 @@ impl<'s> Parser<'s> {
         self.m.funcs.push(Function {
             params,
             ret_type,
+            ret_span,
             attrs: fn_attrs,
             result_device,
             body,

@@ -7,6 +7,10 @@
 //! parameters come before its body, a let visits value, bound variable, then body. Edges follow
 //! TVM's `IndexedGraph` (a function's only input is its body; a let's value feeds its variable).
 
+pub mod index_set;
+
+pub use index_set::IndexSet;
+
 use crate::ir::*;
 use crate::ops::registry;
 use crate::source::Span;

@@ -28,6 +28,18 @@ pub enum Pattern {
         /// Argument patterns.
         args: Vec<Pattern>,
     },
+    /// `op?(first, rest...)`: either `first` alone, or a call of one of `ops` whose first
+    /// argument matches `first` and whose other arguments match `rest` (the call is tried first).
+    Optional {
+        /// Acceptable operators of the optional call.
+        ops: Vec<OpId>,
+        /// Required attribute values of the optional call.
+        attrs: Vec<(String, AttrValue)>,
+        /// The pattern passed through.
+        first: Box<Pattern>,
+        /// The optional call's other arguments.
+        rest: Vec<Pattern>,
+    },
     /// The first alternative that matches.
     Alt(Vec<Pattern>),
     /// A tuple with exactly these fields.

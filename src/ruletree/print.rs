@@ -211,6 +211,31 @@ pub fn pattern(p: &Pattern) -> String {
             let args: Vec<String> = args.iter().map(pattern).collect();
             format!("{callee}{attrs}({})", args.join(", "))
         }
+        Pattern::Optional {
+            ops,
+            attrs,
+            first,
+            rest,
+        } => {
+            let call = pattern(&Pattern::Call {
+                ops: ops.clone(),
+                attrs: attrs.clone(),
+                args: std::iter::once((**first).clone())
+                    .chain(rest.iter().cloned())
+                    .collect(),
+            });
+            // `op[attrs](args)` -> `op?[attrs](args)`: the `?` goes right after the callee.
+            let at = call
+                .find(['[', '('])
+                .filter(|_| ops.len() == 1)
+                .unwrap_or(0);
+            if ops.len() == 1 {
+                format!("{}?{}", &call[..at], &call[at..])
+            } else {
+                let close = call.find(')').map_or(0, |i| i + 1);
+                format!("{}?{}", &call[..close], &call[close..])
+            }
+        }
         Pattern::Alt(alts) => {
             let parts: Vec<String> = alts.iter().map(pattern).collect();
             format!("({})", parts.join(" | "))
@@ -221,20 +246,30 @@ pub fn pattern(p: &Pattern) -> String {
             format!("({}{comma})", parts.join(", "))
         }
         Pattern::AnyTuple => "tuple(..)".into(),
-        Pattern::Proj(inner, i) => format!("{}.{i}", pattern(inner)),
+        Pattern::Proj(inner, i) => format!("{}.{i}", postfix_operand(inner)),
         Pattern::DType(inner, ds) => {
             let names: Vec<String> = ds.iter().map(|d| d.to_string()).collect();
-            format!("{} : dtype({})", pattern(inner), names.join(" | "))
+            format!("{} : dtype({})", postfix_operand(inner), names.join(" | "))
         }
-        Pattern::Rank(inner, r) => format!("{} : rank({r})", pattern(inner)),
+        Pattern::Rank(inner, r) => format!("{} : rank({r})", postfix_operand(inner)),
         Pattern::Shape(inner, dims) => {
             let ds: Vec<String> = dims
                 .iter()
                 .map(|d| d.map_or("_".to_string(), |v| v.to_string()))
                 .collect();
-            format!("{} : shape({})", pattern(inner), ds.join(", "))
+            format!("{} : shape({})", postfix_operand(inner), ds.join(", "))
         }
         Pattern::Where(inner, pred) => format!("({} where {})", pattern(inner), pred_text(pred)),
+    }
+}
+
+/// A pattern as the operand of `.N` or `:`: parenthesised when it ends in `as $n`.
+fn postfix_operand(p: &Pattern) -> String {
+    match p {
+        Pattern::Capture(_, inner) if !matches!(**inner, Pattern::Wildcard) => {
+            format!("({})", pattern(p))
+        }
+        _ => pattern(p),
     }
 }
 

@@ -56,6 +56,12 @@ pub(crate) struct Checker<'f> {
     diags: Diagnostics,
     /// While > 0, diagnostics are dropped (re-expansion of already checked bodies).
     pub mute: u32,
+    /// Diagnostics already reported (code, message, primary span).
+    reported: HashSet<(Code, String, Option<Span>)>,
+    /// Pattern uses being expanded, innermost last: the use site and the pattern's name.
+    pub expansions: Vec<(Span, String)>,
+    /// Patterns with parameters that have been expanded at least once.
+    pub expanded: HashSet<DefId>,
     /// Definitions being compiled, for cycle detection.
     pub in_progress: Vec<DefId>,
     pub rule_memo: HashMap<DefId, Option<Rule>>,
@@ -76,6 +82,9 @@ impl<'f> Checker<'f> {
             used: HashSet::new(),
             diags: Diagnostics::new(),
             mute: 0,
+            reported: HashSet::new(),
+            expansions: Vec::new(),
+            expanded: HashSet::new(),
             in_progress: Vec::new(),
             rule_memo: HashMap::new(),
             combiner_memo: HashMap::new(),
@@ -85,10 +94,26 @@ impl<'f> Checker<'f> {
         }
     }
 
-    pub fn report(&mut self, d: Diagnostic) {
-        if self.mute == 0 {
-            self.diags.push(d);
+    /// Reports a diagnostic unless muted or already reported (pattern bodies with parameters
+    /// are checked at every use, so the same problem can come up more than once). Inside the
+    /// expansion of a pattern use, the use site is added as a secondary label.
+    pub fn report(&mut self, mut d: Diagnostic) {
+        if self.mute > 0 {
+            return;
         }
+        let key = (d.code, d.message.clone(), d.primary_span());
+        if !self.reported.insert(key) {
+            return;
+        }
+        if let (Some(&(site, ref name)), Some(primary)) = (self.expansions.last(), d.primary_span())
+        {
+            let inside =
+                primary.file == site.file && primary.start >= site.start && primary.end <= site.end;
+            if !inside {
+                d = d.with_secondary(site, format!("in this use of pattern `{name}`"));
+            }
+        }
+        self.diags.push(d);
     }
 
     pub fn take_diags(&mut self) -> Diagnostics {
@@ -285,6 +310,7 @@ impl<'f> Checker<'f> {
                 self.compile_item(fi, ii);
             }
         }
+        self.check_unexpanded_patterns();
         self.warn_unused();
         std::mem::take(&mut self.program)
     }
@@ -294,7 +320,13 @@ impl<'f> Checker<'f> {
         match &item.kind {
             ItemKind::Import(_) | ItemKind::Bad => {}
             ItemKind::Operator { name, args, kind } => self.declare_operator(name, args, kind),
-            ItemKind::Pattern { params, body, .. } => self.check_pattern_def(params, body),
+            ItemKind::Pattern { params, body, .. } => {
+                // A pattern with parameters is checked where it is used (its parameters decide
+                // what its captures are); unused ones are checked on their own at the end.
+                if params.is_empty() {
+                    self.check_pattern_def(params, body);
+                }
+            }
             ItemKind::Predicate { params, body, .. } => self.check_predicate_def(params, body),
             ItemKind::Combiner { name, .. } => {
                 if let Some(d) = self.lookup_quiet(&name.text, (fi, ii)) {
@@ -309,6 +341,23 @@ impl<'f> Checker<'f> {
             ItemKind::Equiv { lhs, rhs } => self.equivalence(lhs, rhs, true),
             ItemKind::Rewrite { lhs, rhs } => self.equivalence(lhs, rhs, false),
             ItemKind::Target { name, entries } => self.target(name, entries, item.span),
+        }
+    }
+
+    /// Checks, on their own, the patterns with parameters that no use expanded.
+    fn check_unexpanded_patterns(&mut self) {
+        for d in 0..self.defs.len() {
+            if self.defs[d].kind != DefKind::Pattern || self.expanded.contains(&d) {
+                continue;
+            }
+            let at = self.defs[d].at;
+            let item = self.item(at);
+            if let ItemKind::Pattern { params, body, .. } = &item.kind {
+                if !params.is_empty() {
+                    self.current_file = at.0;
+                    self.check_pattern_def(params, body);
+                }
+            }
         }
     }
 

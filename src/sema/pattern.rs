@@ -21,6 +21,9 @@ use std::collections::HashMap;
 pub(crate) struct Captures {
     /// Name (with `$`), the operators the capture is bound to (if a call), and first span.
     pub list: Vec<(String, Option<Vec<OpId>>, Span)>,
+    /// Captures bound only in some alternatives of an alternation (or only inside an optional
+    /// call): not usable outside them.
+    pub partial: Vec<bool>,
 }
 
 impl Captures {
@@ -29,10 +32,25 @@ impl Captures {
             if self.list[i].1.is_none() {
                 self.list[i].1 = ops;
             }
+            self.partial[i] = false;
             return i as u32;
         }
         self.list.push((name.to_string(), ops, span));
+        self.partial.push(false);
         (self.list.len() - 1) as u32
+    }
+
+    /// Marks as partial the captures bound in some of `branches` but not all, unless they were
+    /// bound before (`before` = number of captures then).
+    fn mark_partial(&mut self, branches: &[&Pattern], before: usize) {
+        let sets: Vec<Vec<u32>> = branches.iter().map(|b| capture_ids(b)).collect();
+        for id in before..self.list.len() {
+            let id32 = id as u32;
+            let in_all = sets.iter().all(|s| s.contains(&id32));
+            if !in_all {
+                self.partial[id] = true;
+            }
+        }
     }
 
     pub fn find(&self, name: &str) -> Option<u32> {
@@ -45,6 +63,34 @@ impl Captures {
 
 /// Pattern parameters in scope: name → the pattern substituted for it.
 pub(crate) type Params = HashMap<String, Pattern>;
+
+/// The capture ids a compiled pattern binds.
+fn capture_ids(p: &Pattern) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack = vec![p];
+    while let Some(x) = stack.pop() {
+        match x {
+            Pattern::Capture(id, inner) => {
+                out.push(*id);
+                stack.push(inner);
+            }
+            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => {
+                stack.extend(args.iter())
+            }
+            Pattern::Optional { first, rest, .. } => {
+                stack.push(first);
+                stack.extend(rest.iter());
+            }
+            Pattern::Proj(i, _)
+            | Pattern::DType(i, _)
+            | Pattern::Rank(i, _)
+            | Pattern::Shape(i, _)
+            | Pattern::Where(i, _) => stack.push(i),
+            Pattern::Wildcard | Pattern::Const | Pattern::AnyTuple => {}
+        }
+    }
+    out
+}
 
 /// The operators a compiled pattern is a call of, if it is one.
 pub(crate) fn ops_of(p: &Pattern) -> Option<Vec<OpId>> {
@@ -109,11 +155,12 @@ impl Checker<'_> {
                 Some(Pattern::Capture(id, Box::new(inner)))
             }
             PatKind::Alt(alts) => {
+                let before = caps.list.len();
                 let compiled: Vec<Option<Pattern>> =
                     alts.iter().map(|a| self.pattern(a, caps, params)).collect();
-                Some(Pattern::Alt(
-                    compiled.into_iter().collect::<Option<Vec<_>>>()?,
-                ))
+                let compiled = compiled.into_iter().collect::<Option<Vec<_>>>()?;
+                caps.mark_partial(&compiled.iter().collect::<Vec<_>>(), before);
+                Some(Pattern::Alt(compiled))
             }
             PatKind::Tuple(fields) => {
                 let compiled: Vec<Option<Pattern>> = fields
@@ -233,6 +280,7 @@ impl Checker<'_> {
             }
         }
         let attrs = self.attr_constraints(&ops, callee, attrs)?;
+        let before_call = caps.list.len();
         let compiled: Vec<Option<Pattern>> =
             args.iter().map(|a| self.pattern(a, caps, params)).collect();
         let compiled = compiled.into_iter().collect::<Option<Vec<_>>>()?;
@@ -254,7 +302,26 @@ impl Checker<'_> {
                 self.report(d);
                 return None;
             }
-            return Some(Pattern::Alt(vec![compiled[0].clone(), call]));
+            let Pattern::Call { ops, attrs, args } = call else {
+                return None;
+            };
+            // Captures bound only in the optional call's other arguments may be absent.
+            let first_ids = capture_ids(&args[0]);
+            for r in &args[1..] {
+                for id in capture_ids(r) {
+                    if !first_ids.contains(&id) && (id as usize) >= before_call {
+                        caps.partial[id as usize] = true;
+                    }
+                }
+            }
+            let mut args = args.into_iter();
+            let first = Box::new(args.next()?);
+            return Some(Pattern::Optional {
+                ops,
+                attrs,
+                first,
+                rest: args.collect(),
+            });
         }
         Some(call)
     }
@@ -339,7 +406,18 @@ impl Checker<'_> {
             .map(|f| f.text.clone())
             .zip(compiled)
             .collect();
-        let result = self.muted(|cx| cx.pattern(body, caps, &inner_params));
+        let saved_file = std::mem::replace(&mut self.current_file, self.defs[d].at.0);
+        let result = if formals.is_empty() {
+            // Checked where it is defined; expanding it again would only repeat that.
+            self.muted(|cx| cx.pattern(body, caps, &inner_params))
+        } else {
+            self.expanded.insert(d);
+            self.expansions.push((span, name.text.clone()));
+            let r = self.pattern(body, caps, &inner_params);
+            self.expansions.pop();
+            r
+        };
+        self.current_file = saved_file;
         self.leave_def();
         result
     }

@@ -60,6 +60,23 @@ impl PType {
     }
 }
 
+/// The predicate type of an attribute of the given declared type (`None`: not usable).
+fn attr_ptype(t: AttrType) -> Option<PType> {
+    Some(match t {
+        AttrType::Int | AttrType::OptInt => PType::Int,
+        AttrType::Float => PType::Float,
+        AttrType::Bool => PType::Bool,
+        AttrType::Str => PType::Str,
+        AttrType::DType => PType::DType,
+        AttrType::Ints | AttrType::OptInts | AttrType::IntOrInts => {
+            PType::List(Box::new(PType::Int))
+        }
+        AttrType::IntsNested => PType::List(Box::new(PType::List(Box::new(PType::Int)))),
+        AttrType::Floats => PType::List(Box::new(PType::Float)),
+        AttrType::Device | AttrType::Any => return None,
+    })
+}
+
 /// What a capture name stands for inside a predicate: a pattern capture, or an argument of an
 /// inlined named predicate.
 pub(crate) enum Env<'a> {
@@ -232,6 +249,14 @@ impl Checker<'_> {
     fn capture(&mut self, n: &ast::Name, env: &Env<'_>) -> Option<(Pred, PType)> {
         match env {
             Env::Pattern(caps) => match caps.find(&n.text) {
+                Some(id) if caps.partial[id as usize] => {
+                    let d = Diagnostic::error(E1306, format!("capture `{}` is bound only in some alternatives", n.text))
+                        .with_primary(n.span, "may be unbound here")
+                        .with_secondary(caps.list[id as usize].2, "bound here, in one alternative")
+                        .with_note("bind it in every alternative, or move the condition into the alternative that binds it");
+                    self.report(d);
+                    None
+                }
                 Some(id) => {
                     let ops = caps.list[id as usize].1.clone();
                     Some((Pred::Capture(id), PType::Tensor(ops)))
@@ -329,11 +354,26 @@ impl Checker<'_> {
             self.report(d);
             return None;
         };
-        let mut ty: Option<AttrType> = None;
+        let mut ty: Option<(AttrType, &'static str)> = None;
         for op in &ops {
             let def = registry().get(*op);
             match def.attr_field(&field.text) {
-                Some(f) => ty = Some(f.ty),
+                Some(f) => match ty {
+                    Some((t, other)) if attr_ptype(t) != attr_ptype(f.ty) => {
+                        let d = Diagnostic::error(
+                            E1401,
+                            format!(
+                                "attribute `{}` has different types for `{other}` and `{}`",
+                                field.text, def.name
+                            ),
+                        )
+                        .with_primary(field.span, "the operators disagree on this attribute's type")
+                        .with_note("split the alternatives, or compare the attribute only where the operator is known");
+                        self.report(d);
+                        return None;
+                    }
+                    _ => ty = Some((f.ty, def.name)),
+                },
                 None => {
                     let mut d = Diagnostic::error(
                         E1303,
@@ -350,18 +390,9 @@ impl Checker<'_> {
                 }
             }
         }
-        let t = match ty? {
-            AttrType::Int | AttrType::OptInt => PType::Int,
-            AttrType::Float => PType::Float,
-            AttrType::Bool => PType::Bool,
-            AttrType::Str => PType::Str,
-            AttrType::DType => PType::DType,
-            AttrType::Ints | AttrType::OptInts | AttrType::IntOrInts => {
-                PType::List(Box::new(PType::Int))
-            }
-            AttrType::IntsNested => PType::List(Box::new(PType::List(Box::new(PType::Int)))),
-            AttrType::Floats => PType::List(Box::new(PType::Float)),
-            AttrType::Device | AttrType::Any => {
+        let t = match attr_ptype(ty?.0) {
+            Some(t) => t,
+            None => {
                 let d = Diagnostic::error(
                     E1402,
                     format!("attribute `{}` cannot be used in predicates", field.text),
@@ -449,7 +480,9 @@ impl Checker<'_> {
         if !self.enter_def(d, name.span) {
             return None;
         }
+        let saved_file = std::mem::replace(&mut self.current_file, self.defs[d].at.0);
         let result = self.muted(|cx| cx.pred(body, &Env::Inlined(&bound)));
+        self.current_file = saved_file;
         self.leave_def();
         let (p, t) = result?;
         Some((p, t))

@@ -212,6 +212,11 @@ impl Checker<'_> {
         let mut prefix = None;
         for o in options {
             match (o.key.text.as_str(), &o.value.kind) {
+                ("prefix", ast::ValueKind::Str(_)) if prefix.is_some() => {
+                    let d = Diagnostic::error(E1602, "option `prefix` is given twice")
+                        .with_primary(o.key.span, "given again here");
+                    self.report(d);
+                }
                 ("prefix", ast::ValueKind::Str(s)) => prefix = Some(s.clone()),
                 ("prefix", _) => {
                     let d = Diagnostic::error(E1602, "`prefix` must be a string")

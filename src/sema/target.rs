@@ -230,6 +230,19 @@ impl Checker<'_> {
                     None => ok = false,
                 }
             }
+            (None, Some((r, rs))) if t.fusion.is_some() => {
+                let _ = self.rule(r);
+                let d = Diagnostic::error(
+                    E1708,
+                    "`fusion` applies to `patterns`; an explicit `rule` states its own combiners",
+                )
+                .with_primary(rs, "explicit rule")
+                .with_note(
+                    "remove `fusion`, or grow the candidates with `combine(...)` inside the rule",
+                );
+                self.report(d);
+                ok = false;
+            }
             (None, Some((r, _))) => match self.rule(r) {
                 Some(r) => t.rule = r,
                 None => ok = false,

@@ -41,30 +41,33 @@ struct Checker<'m> {
 
 impl<'m> Checker<'m> {
     fn new(m: &'m Module) -> Checker<'m> {
-        let mut let_value = HashMap::new();
+        // Let nodes come after their bodies in the arena, so collect the bindings first.
+        let let_value: HashMap<VarId, ExprId> = m
+            .exprs
+            .iter()
+            .filter_map(|e| match e {
+                Expr::Let { var, value, .. } => Some((*var, *value)),
+                _ => None,
+            })
+            .collect();
         let mut first_call = HashMap::new();
         for (i, e) in m.exprs.iter().enumerate() {
-            match e {
-                Expr::Let { var, value, .. } => {
-                    let_value.insert(*var, *value);
-                }
-                Expr::Call {
-                    callee: Callee::Expr(c),
-                    ..
-                } => {
-                    let target = match m.expr(*c) {
-                        Expr::Func(f) => Some(*f),
-                        Expr::Var(v) => match let_value.get(v).map(|&x| m.expr(x)) {
-                            Some(Expr::Func(f)) => Some(*f),
-                            _ => None,
-                        },
+            if let Expr::Call {
+                callee: Callee::Expr(c),
+                ..
+            } = e
+            {
+                let target = match m.expr(*c) {
+                    Expr::Func(f) => Some(*f),
+                    Expr::Var(v) => match let_value.get(v).map(|&x| m.expr(x)) {
+                        Some(Expr::Func(f)) => Some(*f),
                         _ => None,
-                    };
-                    if let Some(f) = target {
-                        first_call.entry(f).or_insert(ExprId(i as u32));
-                    }
+                    },
+                    _ => None,
+                };
+                if let Some(f) = target {
+                    first_call.entry(f).or_insert(ExprId(i as u32));
                 }
-                _ => {}
             }
         }
         let mut param_of = HashMap::new();

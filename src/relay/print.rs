@@ -78,6 +78,11 @@ impl<'m> Printer<'m> {
         let n = m.exprs.len();
         let mut uses = vec![0u32; n];
         for (i, e) in m.exprs.iter().enumerate() {
+            // Only reachable expressions (those with a scope) count: dead bindings are not
+            // printed, so they must not make their operands look shared.
+            if scopes.of_expr[i].is_none() {
+                continue;
+            }
             match e {
                 Expr::Func(_) | Expr::Let { .. } => {}
                 _ => m.for_each_operand(ExprId(i as u32), |c| uses[c.index()] += 1),

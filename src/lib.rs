@@ -7,6 +7,7 @@ pub mod dataflow;
 pub mod diag;
 pub mod driver;
 pub mod dsl;
+pub mod enumerate;
 pub mod ir;
 pub mod ops;
 pub mod relay;

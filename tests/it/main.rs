@@ -2,7 +2,9 @@
 
 mod cli;
 mod docs;
+mod dsl;
 mod models;
 mod relay;
 mod robustness;
+mod robustness_dsl;
 mod support;

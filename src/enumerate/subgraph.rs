@@ -1,0 +1,277 @@
+//! Sub-graphs of a dataflow graph (collage-semantics §4): the inside set and the entry, exit,
+//! input and output sets derived from it, depth, kind and label, validity under a
+//! [`SubGraphConfig`], touching, disjoint union and nesting with function attributes.
+
+use super::graph::DataflowGraph;
+use crate::dataflow::IndexSet;
+use crate::ir::AttrValue;
+use crate::ops::OpPattern;
+use crate::ruletree::SubGraphConfig;
+use std::cmp::Ordering;
+
+/// Function attributes of a nested sub-graph (`Composite`, `Primitive`, `Compiler`).
+pub type FnAttrs = Vec<(String, AttrValue)>;
+
+/// A sub-graph.
+#[derive(Clone, Debug)]
+pub struct SubGraph {
+    /// The nodes inside.
+    pub inside: IndexSet,
+    /// Inside nodes with an outside, non-inlinable input.
+    pub entry: IndexSet,
+    /// Inside nodes with an outside output, or the external root.
+    pub exit: IndexSet,
+    /// Outside, non-inlinable nodes that feed an inside node.
+    pub input: IndexSet,
+    /// Outside nodes fed by an inside node.
+    pub output: IndexSet,
+    /// Largest number of inside nodes on a path from an entry to an exit.
+    pub depth: u32,
+    /// The largest kind of the inside nodes (or of the parts of a union).
+    pub kind: OpPattern,
+    /// Labels of the inside nodes joined with `+`.
+    pub label: String,
+    /// Nested sub-graphs with the attributes of the functions they become.
+    pub nested: Vec<(SubGraph, FnAttrs)>,
+}
+
+impl PartialEq for SubGraph {
+    /// Equal inside sets and pairwise-equal nested sub-graphs *with* equal attributes (unlike
+    /// TVM, which ignores the attributes, semantics Q6).
+    fn eq(&self, other: &SubGraph) -> bool {
+        self.inside == other.inside && self.nested == other.nested
+    }
+}
+
+impl Eq for SubGraph {}
+
+impl std::hash::Hash for SubGraph {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inside.hash(state);
+        self.nested.len().hash(state);
+        for (sg, attrs) in &self.nested {
+            sg.hash(state);
+            attrs.hash(state);
+        }
+    }
+}
+
+impl SubGraph {
+    /// The sub-graph with the given inside set, kind computed from its nodes (§3.3).
+    pub fn new(g: &DataflowGraph<'_>, inside: IndexSet) -> SubGraph {
+        let mut kind = OpPattern::ElemWise;
+        let mut labels: Vec<&str> = Vec::new();
+        for i in inside.iter() {
+            kind = kind.max(g.kind[i]);
+            if !g.label[i].is_empty() {
+                labels.push(&g.label[i]);
+            }
+        }
+        let label = labels.join("+");
+        SubGraph::with(g, inside, kind, label, Vec::new())
+    }
+
+    /// The sub-graph with explicit kind, label and nested sub-graphs.
+    pub fn with(
+        g: &DataflowGraph<'_>,
+        inside: IndexSet,
+        kind: OpPattern,
+        label: String,
+        mut nested: Vec<(SubGraph, FnAttrs)>,
+    ) -> SubGraph {
+        nested.sort_by(|a, b| a.0.order(&b.0));
+        let n = g.len();
+        let mut entry = IndexSet::new(n);
+        let mut exit = IndexSet::new(n);
+        let mut input = IndexSet::new(n);
+        let mut output = IndexSet::new(n);
+        for i in inside.iter() {
+            for inp in g.inputs(i) {
+                let j = inp.index();
+                if !inside.contains(j) && !g.inlinable[j] {
+                    entry.insert(i);
+                    input.insert(j);
+                }
+            }
+            for out in g.outputs(i) {
+                let j = out.index();
+                if !inside.contains(j) {
+                    exit.insert(i);
+                    output.insert(j);
+                }
+            }
+            if g.is_external(i) {
+                exit.insert(i);
+            }
+        }
+        let depth = depth(g, &inside, &entry, &exit);
+        SubGraph {
+            inside,
+            entry,
+            exit,
+            input,
+            output,
+            depth,
+            kind,
+            label,
+            nested,
+        }
+    }
+
+    /// TVM's order: by first inside index, then by the index-set order.
+    pub fn order(&self, other: &SubGraph) -> Ordering {
+        self.inside
+            .first()
+            .cmp(&other.inside.first())
+            .then_with(|| self.inside.cmp(&other.inside))
+    }
+
+    /// Whether the sub-graph is valid under the configuration (§4.4). `max_depth` of `None`
+    /// means unlimited.
+    pub fn is_valid(&self, g: &DataflowGraph<'_>, config: &SubGraphConfig) -> bool {
+        if config.max_exits > 0 && self.exit.count() > config.max_exits as usize {
+            return false;
+        }
+        if config.max_depth.is_some_and(|d| self.depth > d) {
+            return false;
+        }
+        let mut blocks = self.inside.iter().map(|i| g.block[i]);
+        if let Some(first) = blocks.next() {
+            if blocks.any(|b| b != first) {
+                return false;
+            }
+        }
+        let mut union = IndexSet::new(g.len());
+        for (sub, _) in &self.nested {
+            if !sub.inside.is_subset(&self.inside) || union.intersects(&sub.inside) {
+                return false;
+            }
+            union.union_with(&sub.inside);
+        }
+        if !config.allow_taps {
+            for i in self.exit.iter() {
+                if g.outputs(i).iter().any(|o| self.inside.contains(o.index())) {
+                    return false;
+                }
+            }
+        }
+        // Convexity: no data leaves the sub-graph and flows back in.
+        !self
+            .output
+            .iter()
+            .any(|o| g.downstream[o].intersects(&self.entry))
+    }
+
+    /// Whether data from `self` (outside `other`) flows back into `other`'s entries.
+    fn flows_into(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
+        self.output
+            .iter()
+            .filter(|&o| !other.inside.contains(o))
+            .any(|o| g.downstream[o].intersects(&other.entry))
+    }
+
+    /// Whether `self` (upstream) and `other` (downstream) touch (§4.5): disjoint, some output of
+    /// `self` is an entry of `other`, and neither flows back into the other.
+    pub fn touches(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
+        self.inside.is_disjoint(&other.inside)
+            && self.output.intersects(&other.entry)
+            && !self.flows_into(g, other)
+            && !other.flows_into(g, self)
+    }
+
+    /// The disjoint union (§4.6): the larger kind, labels joined in union order, nested
+    /// sub-graphs merged where trivially unionable. Returns `None` if the insides overlap.
+    pub fn disjoint_union(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> Option<SubGraph> {
+        if self.inside.intersects(&other.inside) {
+            return None;
+        }
+        let inside = self.inside.union(&other.inside);
+        let kind = self.kind.max(other.kind);
+        let label = union_labels(&self.label, &other.label);
+        let mut nested = self.nested.clone();
+        for (sub, attrs) in &other.nested {
+            let pos = nested.iter().position(|(n, a)| {
+                trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside)
+            });
+            match pos {
+                Some(p) => {
+                    let merged = nested[p].0.disjoint_union(g, sub)?;
+                    nested[p].0 = merged;
+                }
+                None => nested.push((sub.clone(), attrs.clone())),
+            }
+        }
+        Some(SubGraph::with(g, inside, kind, label, nested))
+    }
+
+    /// The same sub-graph nested once more, with the given function attributes.
+    pub fn with_attrs(&self, g: &DataflowGraph<'_>, attrs: FnAttrs) -> SubGraph {
+        SubGraph::with(
+            g,
+            self.inside.clone(),
+            self.kind,
+            self.label.clone(),
+            vec![(self.clone(), attrs)],
+        )
+    }
+}
+
+/// `l+r`, or whichever side is non-empty.
+pub fn union_labels(l: &str, r: &str) -> String {
+    match (l.is_empty(), r.is_empty()) {
+        (true, _) => r.to_string(),
+        (_, true) => l.to_string(),
+        _ => format!("{l}+{r}"),
+    }
+}
+
+/// `r` if it already starts with `l.`, else `l.r` (or whichever side is non-empty). TVM tests a
+/// bare string prefix, which drops the target from names like `t` + `tanh`; we require the dot.
+pub fn nest_labels(l: &str, r: &str) -> String {
+    match (l.is_empty(), r.is_empty()) {
+        (true, _) => r.to_string(),
+        (_, true) => l.to_string(),
+        _ if r.len() > l.len() && r.starts_with(l) && r[l.len()..].starts_with('.') => {
+            r.to_string()
+        }
+        _ => format!("{l}.{r}"),
+    }
+}
+
+/// Same attributes, no `Composite` among them: nested `Primitive`/`Compiler` wrappers merge,
+/// composites never do.
+fn trivially_unionable(a: &FnAttrs, b: &FnAttrs) -> bool {
+    a.len() == b.len()
+        && !a.iter().any(|(k, _)| k == "Composite")
+        && a.iter()
+            .all(|(k, v)| b.iter().any(|(k2, v2)| k == k2 && v == v2))
+}
+
+/// Longest path (counting nodes) from an entry to an exit through inside nodes (§4.3).
+fn depth(g: &DataflowGraph<'_>, inside: &IndexSet, entry: &IndexSet, exit: &IndexSet) -> u32 {
+    // Inside nodes in increasing index order are topologically ordered.
+    let n = g.len();
+    let mut d: Vec<u32> = vec![0; n];
+    let mut reached = IndexSet::new(n);
+    for e in entry.iter() {
+        d[e] = 1;
+        reached.insert(e);
+    }
+    let mut max = 0;
+    for i in inside.iter() {
+        if !reached.contains(i) {
+            continue;
+        }
+        if exit.contains(i) {
+            max = max.max(d[i]);
+        }
+        for o in g.outputs(i) {
+            let o = o.index();
+            if inside.contains(o) && d[o] < d[i] + 1 {
+                d[o] = d[i] + 1;
+                reached.insert(o);
+            }
+        }
+    }
+    max
+}

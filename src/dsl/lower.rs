@@ -64,11 +64,7 @@ impl<'t> Lowerer<'t> {
     fn doc_before(&self, start: usize) -> Option<String> {
         let before = &self.text[..start];
         let mut lines: Vec<&str> = Vec::new();
-        for line in before
-            .lines()
-            .rev()
-            .skip_while(|l| l.trim().is_empty() && false)
-        {
+        for line in before.lines().rev() {
             let t = line.trim();
             if let Some(d) = t.strip_prefix("///") {
                 lines.push(d.strip_prefix(' ').unwrap_or(d));

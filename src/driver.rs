@@ -198,3 +198,207 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
         None => Outcome::InputErrors,
     }
 }
+
+/// `collage fuse MODEL [--max-depth N] [--json]`: TVM's greedy FuseOps partition of `@main`.
+pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
+    let mut sources = SourceMap::new();
+    let m = match load_model(&mut sources, path) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    let Some(main) = m.main() else {
+        eprintln!("error: the module has no `@main` function");
+        return Outcome::InputErrors;
+    };
+    let result = crate::fuse::fuse(&m, main, max_depth);
+    if json {
+        let v = fuse_json(&m, main, max_depth, &result);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", fuse_text(&m, main, max_depth, &result));
+    }
+    Outcome::Ok
+}
+
+/// The name of a FuseOps node in output: the source's `%N` binding or `%var` name, else `#i`
+/// with its FuseOps post-DFS index.
+pub fn fuse_node_name(m: &Module, e: crate::ir::ExprId, index: usize) -> String {
+    match m.expr(e) {
+        crate::ir::Expr::Var(v) => format!("%{}", m.var(*v).name),
+        _ => match &m.bindings[e.index()] {
+            Some(b) => format!("%{b}"),
+            None => format!("#{index}"),
+        },
+    }
+}
+
+/// What a FuseOps node is, in one word: the operator of an operator call, else `call`, `var`,
+/// `const`, `tuple`, `.N` (a projection), `let`, `if` or `fn`.
+pub fn fuse_node_desc(m: &Module, e: crate::ir::ExprId) -> String {
+    use crate::ir::{Callee, Expr};
+    match m.expr(e) {
+        Expr::Call {
+            callee: Callee::Op(op),
+            ..
+        } => crate::ops::registry().get(*op).name.to_string(),
+        Expr::Call { .. } => "call".into(),
+        Expr::Var(_) => "var".into(),
+        Expr::Const(_) => "const".into(),
+        Expr::Tuple(_) => "tuple".into(),
+        Expr::Proj { index, .. } => format!(".{index}"),
+        Expr::Let { .. } => "let".into(),
+        Expr::If { .. } => "if".into(),
+        Expr::Func(_) => "fn".into(),
+        Expr::Global(_) => "global".into(),
+        Expr::Op(op) => crate::ops::registry().get(*op).name.to_string(),
+    }
+}
+
+fn is_op_call(m: &Module, e: crate::ir::ExprId) -> bool {
+    matches!(
+        m.expr(e),
+        crate::ir::Expr::Call {
+            callee: crate::ir::Callee::Op(_),
+            ..
+        }
+    )
+}
+
+/// The post-DFS index of every expression in a FuseOps result (`usize::MAX` if it has none).
+fn fuse_indices(m: &Module, r: &crate::fuse::FuseResult) -> Vec<usize> {
+    let mut idx = vec![usize::MAX; m.exprs.len()];
+    for (i, e) in r.order.iter().enumerate() {
+        idx[e.index()] = i;
+    }
+    idx
+}
+
+/// The name of a function for output: `@name` of its definition, or `fn` for a literal.
+fn function_name(m: &Module, f: crate::ir::FuncId) -> Option<String> {
+    m.defs
+        .iter()
+        .find(|(_, d)| *d == f)
+        .map(|(g, _)| m.globals[g.index()].name.clone())
+}
+
+/// The text report of a FuseOps result: one line per group that has more than one node or an
+/// operator call, then a summary line.
+///
+/// ```text
+/// group 4 [A] anchor %1: %1 #5 %2 %3 (nn.conv2d, const, add, nn.relu)
+/// @main: 27 nodes in 20 groups; 12 operator calls in 7 kernels, 3 of them fused (max depth 256)
+/// ```
+///
+/// A group line gives the group's index (as in `--json`), its kind letter (`E`lemwise,
+/// `B`roadcast, `I`njective, comm `R`educe, `A`nchor-capable out-ewise-fusable, `T`uple,
+/// `O`paque), its anchor if any, its members in post-DFS order (the last one is the group's
+/// output) and what each member is. A kernel is a group with at least one operator call; a fused
+/// kernel has two or more.
+pub fn fuse_text(
+    m: &Module,
+    func: crate::ir::FuncId,
+    max_depth: usize,
+    r: &crate::fuse::FuseResult,
+) -> String {
+    use std::fmt::Write as _;
+    let idx = fuse_indices(m, r);
+    let name = |e: crate::ir::ExprId| fuse_node_name(m, e, idx[e.index()]);
+    let mut out = String::new();
+    let (mut calls, mut kernels, mut fused) = (0usize, 0usize, 0usize);
+    for (gi, g) in r.groups.iter().enumerate() {
+        let n_calls = g.nodes.iter().filter(|&&e| is_op_call(m, e)).count();
+        calls += n_calls;
+        if n_calls > 0 {
+            kernels += 1;
+        }
+        if n_calls > 1 {
+            fused += 1;
+        }
+        if g.nodes.len() < 2 && n_calls == 0 {
+            continue;
+        }
+        let _ = write!(out, "group {gi} [{}]", g.pattern.letter());
+        if let Some(a) = g.anchor {
+            let _ = write!(out, " anchor {}", name(a));
+        }
+        out.push(':');
+        for &e in &g.nodes {
+            let _ = write!(out, " {}", name(e));
+        }
+        let descs: Vec<String> = g.nodes.iter().map(|&e| fuse_node_desc(m, e)).collect();
+        let _ = writeln!(out, " ({})", descs.join(", "));
+    }
+    let fname = function_name(m, func).map_or_else(|| "fn".to_string(), |n| format!("@{n}"));
+    let _ = writeln!(
+        out,
+        "{fname}: {} nodes in {} groups; {calls} operator calls in {kernels} kernels, {fused} of \
+         them fused (max depth {max_depth})",
+        r.order.len(),
+        r.groups.len(),
+    );
+    out
+}
+
+/// The JSON report of a FuseOps result: `{"function", "max_depth", "groups": [{"index",
+/// "pattern", "root", "anchor", "nodes": [{"index", "kind", "op", "binding", "span"}]}]}`. Every
+/// group is listed, singletons included; `index`, `root` and `anchor` are FuseOps post-DFS
+/// indices.
+pub fn fuse_json(
+    m: &Module,
+    func: crate::ir::FuncId,
+    max_depth: usize,
+    r: &crate::fuse::FuseResult,
+) -> serde_json::Value {
+    use crate::ir::Expr;
+    let idx = fuse_indices(m, r);
+    let groups: Vec<serde_json::Value> = r
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            let nodes: Vec<serde_json::Value> = g
+                .nodes
+                .iter()
+                .map(|&e| {
+                    let kind = match m.expr(e) {
+                        Expr::Var(_) => "Var",
+                        Expr::Const(_) => "Constant",
+                        Expr::Call { .. } => "Call",
+                        Expr::Tuple(_) => "Tuple",
+                        Expr::Proj { .. } => "TupleGetItem",
+                        Expr::Let { .. } => "Let",
+                        Expr::If { .. } => "If",
+                        Expr::Func(_) => "Function",
+                        Expr::Global(_) => "GlobalVar",
+                        Expr::Op(_) => "Op",
+                    };
+                    let op = is_op_call(m, e).then(|| fuse_node_desc(m, e));
+                    let binding = match m.expr(e) {
+                        Expr::Var(v) => Some(format!("%{}", m.var(*v).name)),
+                        _ => m.bindings[e.index()].as_ref().map(|b| format!("%{b}")),
+                    };
+                    let s = m.span(e);
+                    serde_json::json!({
+                        "index": idx[e.index()],
+                        "kind": kind,
+                        "op": op,
+                        "binding": binding,
+                        "span": {"start": s.start, "end": s.end},
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "index": gi,
+                "pattern": g.pattern.name(),
+                "root": idx[g.root.index()],
+                "anchor": g.anchor.map(|a| idx[a.index()]),
+                "nodes": nodes,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "function": function_name(m, func),
+        "max_depth": max_depth,
+        "groups": groups,
+    })
+}

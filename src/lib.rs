@@ -8,6 +8,7 @@ pub mod diag;
 pub mod driver;
 pub mod dsl;
 pub mod enumerate;
+pub mod fuse;
 pub mod ir;
 pub mod ops;
 pub mod relay;

@@ -35,6 +35,17 @@ enum Command {
         #[arg(long)]
         no_type_comments: bool,
     },
+    /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
+    Fuse {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Maximum number of nodes in one group (TVM's `relay.FuseOps.max_depth`).
+        #[arg(long, value_name = "N", default_value_t = collage::fuse::DEFAULT_MAX_DEPTH)]
+        max_depth: usize,
+        /// Print the groups as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,5 +75,10 @@ fn run(cli: Cli) -> Outcome {
             json,
             no_type_comments,
         } => driver::parse_command(&model, json, !no_type_comments),
+        Command::Fuse {
+            model,
+            max_depth,
+            json,
+        } => driver::fuse_command(&model, max_depth, json),
     }
 }

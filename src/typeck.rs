@@ -14,6 +14,9 @@ use crate::ir::*;
 use crate::ops::{registry, RelCall};
 use std::collections::HashMap;
 
+/// Maximum nesting of an inferred type (the parser limits written types the same way).
+pub const MAX_TYPE_DEPTH: usize = 256;
+
 /// Infers the types of all expressions of `m`. On success every expression has a type.
 pub fn check(m: &mut Module) -> Result<(), Diagnostics> {
     let mut cx = Checker::new(m);
@@ -50,8 +53,21 @@ impl<'m> Checker<'m> {
                 _ => None,
             })
             .collect();
+        // Only calls that are part of the program (reachable from a definition) may type an
+        // unannotated parameter: dead code is not printed, so it must not matter.
+        let mut reachable = vec![false; m.exprs.len()];
+        let mut stack: Vec<ExprId> = m.defs.iter().map(|(_, f)| m.func(*f).body).collect();
+        while let Some(x) = stack.pop() {
+            if std::mem::replace(&mut reachable[x.index()], true) {
+                continue;
+            }
+            m.for_each_operand(x, |c| stack.push(c));
+        }
         let mut first_call = HashMap::new();
         for (i, e) in m.exprs.iter().enumerate() {
+            if !reachable[i] {
+                continue;
+            }
             if let Expr::Call {
                 callee: Callee::Expr(c),
                 ..
@@ -98,7 +114,17 @@ impl<'m> Checker<'m> {
             while let Some((e, expanded)) = stack.pop() {
                 let i = e.index();
                 if expanded {
-                    self.types[i] = self.compute(e);
+                    let mut t = self.compute(e);
+                    if t.as_ref()
+                        .is_some_and(|t| t.depth_up_to(MAX_TYPE_DEPTH) > MAX_TYPE_DEPTH)
+                    {
+                        let d = Diagnostic::error(E0510, format!("the type of this expression is nested more than {MAX_TYPE_DEPTH} levels deep"))
+                            .with_primary(self.m.span(e), "type too deeply nested")
+                            .with_note("flatten nested tuples or function values");
+                        self.diags.push(d);
+                        t = None;
+                    }
+                    self.types[i] = t;
                     state[i] = 2;
                     continue;
                 }

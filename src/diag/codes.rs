@@ -93,6 +93,8 @@ codes! {
     E0508 = "E0508", "invalid if expression";
     /// A type form this tool does not support (type variables, ADT types).
     E0509 = "E0509", "unsupported type";
+    /// An inferred type nested more deeply than allowed (tuples of tuples of ...).
+    E0510 = "E0510", "type nested too deeply";
 
     /// The `#[metadata]` section is not valid metadata JSON.
     E0601 = "E0601", "malformed metadata section";

@@ -268,6 +268,33 @@ impl Type {
         }
     }
 
+    /// Nesting depth: 1 for tensors and `_`, one more than the deepest part for tuples and
+    /// functions. Stops counting at `limit + 1`, so its cost is bounded by the limit.
+    pub fn depth_up_to(&self, limit: usize) -> usize {
+        if limit == 0 {
+            return 1;
+        }
+        match self {
+            Type::Tensor(_) | Type::Incomplete => 1,
+            Type::Tuple(ts) => {
+                1 + ts
+                    .iter()
+                    .map(|t| t.depth_up_to(limit - 1))
+                    .max()
+                    .unwrap_or(0)
+            }
+            Type::Func(f) => {
+                1 + f
+                    .params
+                    .iter()
+                    .chain(std::iter::once(&*f.ret))
+                    .map(|t| t.depth_up_to(limit - 1))
+                    .max()
+                    .unwrap_or(0)
+            }
+        }
+    }
+
     /// Whether the type contains `_` anywhere.
     pub fn is_incomplete(&self) -> bool {
         match self {

@@ -15,6 +15,9 @@ pub(super) type ScopeId = u32;
 pub(super) struct Scopes {
     parent: Vec<Option<ScopeId>>,
     depth: Vec<u32>,
+    /// For the body scope of a `fn` literal: the expressions the literal owns (`first_expr` up
+    /// to the literal itself). Expressions written outside are never moved into it.
+    func_range: Vec<Option<(u32, u32)>>,
     /// The expression each scope prints last (for a parenthesised `let`, the `let` itself).
     pub root: Vec<ExprId>,
     /// The scope each reachable expression is bound in.
@@ -33,6 +36,7 @@ impl Scopes {
         let mut s = Scopes {
             parent: Vec::new(),
             depth: Vec::new(),
+            func_range: Vec::new(),
             root: Vec::new(),
             of_expr: vec![None; n],
             child: HashMap::new(),
@@ -68,6 +72,7 @@ impl Scopes {
                 Expr::Func(f) => {
                     let body = m.func(*f).body;
                     let child = s.new_scope(Some(sc), body);
+                    s.func_range[child as usize] = Some((m.func(*f).first_expr.0, e.0));
                     s.child.insert((e, 0), child);
                     s.assign(body, child);
                     chain_of[body.index()] = Some(child);
@@ -98,15 +103,39 @@ impl Scopes {
             .push(parent.map_or(0, |p| self.depth[p as usize] + 1));
         self.parent.push(parent);
         self.root.push(root);
+        self.func_range.push(None);
         id
     }
 
     fn assign(&mut self, e: ExprId, sc: ScopeId) {
+        let sc = self.outside_foreign_functions(e, sc);
         let merged = match self.of_expr[e.index()] {
             None => sc,
             Some(prev) => self.lca(prev, sc),
         };
         self.of_expr[e.index()] = Some(merged);
+    }
+
+    /// Moves `sc` out of every enclosing function literal that does not own `e`.
+    fn outside_foreign_functions(&self, e: ExprId, mut sc: ScopeId) -> ScopeId {
+        let mut cur = Some(sc);
+        while let Some(c) = cur {
+            if let Some((lo, hi)) = self.func_range[c as usize] {
+                if e.0 < lo || e.0 >= hi {
+                    // `e` was written outside this literal: bind it where the literal is.
+                    match self.parent[c as usize] {
+                        Some(p) => {
+                            sc = p;
+                            cur = Some(p);
+                            continue;
+                        }
+                        None => return sc,
+                    }
+                }
+            }
+            cur = self.parent[c as usize];
+        }
+        sc
     }
 
     fn lca(&self, mut a: ScopeId, mut b: ScopeId) -> ScopeId {

@@ -17,6 +17,47 @@ use std::collections::HashMap;
 /// Maximum nesting of expressions, types and attribute values.
 pub const MAX_DEPTH: u32 = 256;
 
+/// Local variables in scope: a log of names in binding order (for truncation at scope exit)
+/// and, per name, the stack of variables bound to it (for constant-time lookup).
+#[derive(Default)]
+pub(crate) struct Locals {
+    log: Vec<Box<str>>,
+    by_name: HashMap<Box<str>, Vec<VarId>>,
+}
+
+impl Locals {
+    pub(crate) fn len(&self) -> usize {
+        self.log.len()
+    }
+
+    fn push(&mut self, name: Box<str>, v: VarId) {
+        self.by_name.entry(name.clone()).or_default().push(v);
+        self.log.push(name);
+    }
+
+    pub(crate) fn truncate(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            if let Some(name) = self.log.pop() {
+                if let Some(stack) = self.by_name.get_mut(&name) {
+                    stack.pop();
+                    if stack.is_empty() {
+                        self.by_name.remove(&name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<VarId> {
+        self.by_name.get(name).and_then(|s| s.last()).copied()
+    }
+
+    /// Names in scope, innermost binding first (deterministic).
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.log.iter().rev().map(|n| &**n)
+    }
+}
+
 /// Marker for "a fatal diagnostic has been pushed; unwind".
 #[derive(Debug)]
 pub(crate) struct Fatal;
@@ -39,7 +80,7 @@ pub(crate) struct Parser<'s> {
     pub(crate) diags: Diagnostics,
     depth: u32,
     graph_scopes: Vec<GraphScope>,
-    locals: Vec<(Box<str>, VarId)>,
+    locals: Locals,
     meta_consts: HashMap<(String, u32), SeenConstant>,
     global_ids: HashMap<String, GlobalId>,
     /// Whether the metadata section failed to parse (its references are then not reported).
@@ -63,7 +104,7 @@ pub fn parse_module(src: &str, file: FileId) -> Result<Module, Diagnostics> {
         diags: Diagnostics::new(),
         depth: 0,
         graph_scopes: Vec::new(),
-        locals: Vec::new(),
+        locals: Locals::default(),
         meta_consts: HashMap::new(),
         global_ids: HashMap::new(),
         metadata_failed: false,
@@ -338,6 +379,7 @@ impl<'s> Parser<'s> {
         let locals_mark = self.locals.len();
         self.graph_scopes.push(GraphScope::new());
         let mut params: Vec<VarId> = Vec::new();
+        let mut param_names: HashMap<String, VarId> = HashMap::new();
         let mut fn_attrs = Vec::new();
         let mut result_device = VirtualDevice::unconstrained();
         loop {
@@ -358,12 +400,14 @@ impl<'s> Parser<'s> {
                 break;
             }
             let v = self.param()?;
-            let name = &self.m.vars[v.index()].name;
-            if let Some(prev) = params.iter().find(|p| self.m.vars[p.index()].name == *name) {
+            let name = self.m.vars[v.index()].name.clone();
+            if let Some(&prev) = param_names.get(&name) {
                 let d = Diagnostic::error(E0307, format!("parameter `%{name}` is declared twice"))
                     .with_primary(self.m.vars[v.index()].span, "declared again here")
                     .with_secondary(self.m.vars[prev.index()].span, "first declared here");
                 self.report(d);
+            } else {
+                param_names.insert(name, v);
             }
             params.push(v);
             if !self.eat(Tok::Comma) {
@@ -479,17 +523,13 @@ impl<'s> Parser<'s> {
             expr,
         });
         if !name.is_empty() {
-            self.locals.push((name.into_boxed_str(), v));
+            self.locals.push(name.into_boxed_str(), v);
         }
         v
     }
 
     pub(crate) fn lookup_local(&self, name: &str) -> Option<VarId> {
-        self.locals
-            .iter()
-            .rev()
-            .find(|(n, _)| &**n == name)
-            .map(|&(_, v)| v)
+        self.locals.lookup(name)
     }
 
     pub(crate) fn lookup_graph(&self, name: &str) -> Option<ExprId> {
@@ -519,7 +559,7 @@ impl<'s> Parser<'s> {
     }
 
     pub(crate) fn local_names(&self) -> impl Iterator<Item = &str> {
-        self.locals.iter().map(|(n, _)| &**n)
+        self.locals.names()
     }
 
     /// The `%N` names in scope, most recently bound first (suggestions must not depend on
@@ -584,8 +624,15 @@ impl<'s> Parser<'s> {
             Ok(table) => self.m.meta = table,
             Err(e) => {
                 self.metadata_failed = true;
-                let at = start as usize + e.offset.unwrap_or(0).min(json.len());
-                let span = Span::new(self.file, at, (at + 1).min(end as usize).max(at));
+                let mut at = start as usize + e.offset.unwrap_or(0).min(json.len());
+                while !self.src.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let width = self.src[at..end as usize]
+                    .chars()
+                    .next()
+                    .map_or(0, char::len_utf8);
+                let span = Span::new(self.file, at, at + width);
                 let d =
                     Diagnostic::error(E0601, format!("malformed metadata section: {}", e.message))
                         .with_primary(span, "here");

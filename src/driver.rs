@@ -285,15 +285,16 @@ fn function_name(m: &Module, f: crate::ir::FuncId) -> Option<String> {
 /// operator call, then a summary line.
 ///
 /// ```text
-/// group 4 [A] anchor %1: %1 #5 %2 %3 (nn.conv2d, const, add, nn.relu)
-/// @main: 27 nodes in 20 groups; 12 operator calls in 7 kernels, 3 of them fused (max depth 256)
+/// group 1 [I]: #1 %0 (const, nn.pad)
+/// group 4 [A] anchor %1: %1 %2 %3 (nn.conv2d, add, nn.relu)
+/// @main: nodes 22, groups 15, operator calls 13, kernels 8, fused kernels 3, max depth 256
 /// ```
 ///
 /// A group line gives the group's index (as in `--json`), its kind letter (`E`lemwise,
 /// `B`roadcast, `I`njective, comm `R`educe, `A`nchor-capable out-ewise-fusable, `T`uple,
 /// `O`paque), its anchor if any, its members in post-DFS order (the last one is the group's
-/// output) and what each member is. A kernel is a group with at least one operator call; a fused
-/// kernel has two or more.
+/// output) and what each member is (see [`fuse_node_name`] and [`fuse_node_desc`]). In the
+/// summary, a kernel is a group with at least one operator call; a fused kernel has two or more.
 pub fn fuse_text(
     m: &Module,
     func: crate::ir::FuncId,
@@ -331,8 +332,8 @@ pub fn fuse_text(
     let fname = function_name(m, func).map_or_else(|| "fn".to_string(), |n| format!("@{n}"));
     let _ = writeln!(
         out,
-        "{fname}: {} nodes in {} groups; {calls} operator calls in {kernels} kernels, {fused} of \
-         them fused (max depth {max_depth})",
+        "{fname}: nodes {}, groups {}, operator calls {calls}, kernels {kernels}, fused kernels \
+         {fused}, max depth {max_depth}",
         r.order.len(),
         r.groups.len(),
     );

@@ -114,7 +114,7 @@ fn is_dynamic(ty: &Type) -> bool {
     while let Some(t) = stack.pop() {
         match t {
             Type::Tensor(t) => {
-                if t.shape.iter().any(|d| *d == Dim::Any) {
+                if t.shape.contains(&Dim::Any) {
                     return true;
                 }
             }

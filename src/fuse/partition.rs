@@ -347,7 +347,10 @@ mod tests {
     use crate::ir::ExprId;
     use OpPattern::*;
 
-    fn graph(rows: &[(OpPattern, bool, &[(u32, OpPattern)])]) -> ForwardGraph {
+    /// A node row: kind, extern flag, output edges `(consumer, kind)`.
+    type Row<'a> = (OpPattern, bool, &'a [(u32, OpPattern)]);
+
+    fn graph(rows: &[Row<'_>]) -> ForwardGraph {
         ForwardGraph::from_nodes(
             rows.iter()
                 .enumerate()

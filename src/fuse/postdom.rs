@@ -103,8 +103,11 @@ mod tests {
     use crate::ir::ExprId;
     use OpPattern::*;
 
-    /// A graph from `(kind, extern, [(consumer, edge kind)])` rows.
-    fn graph(rows: &[(OpPattern, bool, &[(u32, OpPattern)])]) -> ForwardGraph {
+    /// A node row: kind, extern flag, output edges `(consumer, kind)`.
+    type Row<'a> = (OpPattern, bool, &'a [(u32, OpPattern)]);
+
+    /// A graph from rows.
+    fn graph(rows: &[Row<'_>]) -> ForwardGraph {
         ForwardGraph::from_nodes(
             rows.iter()
                 .enumerate()

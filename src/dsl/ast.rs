@@ -107,8 +107,9 @@ pub enum ItemKind {
         /// Body entries.
         entries: Vec<TargetEntry>,
     },
-    /// Text that did not parse (its diagnostic has been reported).
-    Bad,
+    /// Text that did not parse (its diagnostic has been reported), with the name it seems to
+    /// define, if any (uses of that name are then not reported as undefined).
+    Bad(Option<Name>),
 }
 
 /// A pattern.

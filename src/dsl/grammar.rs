@@ -89,8 +89,7 @@ pub fn rule_label(r: Rule) -> &'static str {
         Rule::attr_constraints => "attribute constraints `[name = value]`",
         Rule::attr_eq => "`name = value`",
         Rule::pat_args => "arguments `(...)`",
-        Rule::tuple_pat => "a tuple pattern",
-        Rule::group_pat => "a parenthesised pattern",
+        Rule::paren_pat => "a parenthesised pattern or a tuple",
         Rule::expr | Rule::or_expr | Rule::and_expr | Rule::cmp_expr | Rule::add_expr
         | Rule::mul_expr | Rule::unary_expr | Rule::postfix_expr | Rule::atom => "an expression",
         Rule::or_op => "`||`",
@@ -117,6 +116,7 @@ pub fn rule_label(r: Rule) -> &'static str {
         Rule::combine_rule => "`combine(...)`",
         Rule::only_valid_rule => "`only_valid(...)`",
         Rule::config_entry => "an option `name = value`",
+        Rule::config_key => "an option name",
         Rule::target_entry => "a target field",
         Rule::patterns_field => "`patterns = [...]`",
         Rule::pattern_entry => "a pattern entry `\"name\" = PATTERN`",

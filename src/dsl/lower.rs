@@ -21,6 +21,7 @@ pub fn parse_file(text: &str, file: FileId) -> (File, Diagnostics) {
         file,
         text,
         diags: Diagnostics::new(),
+        depth: 0,
     };
     let items = match RulesParser::parse(Rule::file, text) {
         Ok(mut pairs) => {
@@ -46,7 +47,13 @@ struct Lowerer<'t> {
     file: FileId,
     text: &'t str,
     diags: Diagnostics,
+    /// Current nesting of patterns, expressions, rules and values.
+    depth: u32,
 }
+
+/// Deepest nesting the lowering accepts; deeper input is reported, so no later pass (checking,
+/// dropping the tree) can exhaust the stack.
+const MAX_NESTING: u32 = 256;
 
 impl<'t> Lowerer<'t> {
     fn span(&self, p: &P<'_>) -> Span {
@@ -95,10 +102,37 @@ impl<'t> Lowerer<'t> {
             Rule::target_item => self.target(p),
             _ => {
                 self.bad_item(&p);
-                ItemKind::Bad
+                ItemKind::Bad(self.bad_item_name(&p))
             }
         };
         Item { kind, span, doc }
+    }
+
+    /// The name a malformed item seems to define: the word after its keyword.
+    fn bad_item_name(&self, p: &P<'_>) -> Option<Name> {
+        let text = p.as_str();
+        let offset = p.as_span().start();
+        let mut words = text.split(|c: char| c.is_whitespace() || c == '(' || c == '=' || c == '{');
+        let kw = words.next()?;
+        if !matches!(
+            kw,
+            "pattern" | "predicate" | "combiner" | "rule" | "target" | "operator"
+        ) {
+            return None;
+        }
+        let name = words.find(|w| !w.is_empty())?;
+        let valid = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        if !valid {
+            return None;
+        }
+        let start = offset + text.find(name)?;
+        Some(Name {
+            text: name.to_string(),
+            span: Span::new(self.file, start, start + name.len()),
+        })
     }
 
     /// Re-parses a malformed item with the rule its first word names, to report pest's error.
@@ -189,6 +223,25 @@ impl<'t> Lowerer<'t> {
         let span = Span::new(self.file, start, tok_end.max(start));
         self.diags
             .push(Diagnostic::error(E1001, message).with_primary(span, "syntax error here"));
+    }
+
+    /// One level deeper; false (and reported once per item) past [`MAX_NESTING`].
+    fn enter(&mut self, p: &P<'_>) -> bool {
+        self.depth += 1;
+        if self.depth == MAX_NESTING + 1 {
+            let span = self.span(p);
+            let span = Span::new(
+                self.file,
+                span.start as usize,
+                (span.start as usize + 1).min(span.end as usize),
+            );
+            self.diags.push(
+                Diagnostic::error(E1001, format!("nested more than {MAX_NESTING} levels deep"))
+                    .with_primary(span, "too deeply nested")
+                    .with_note("split the definition into named patterns, predicates or rules"),
+            );
+        }
+        self.depth <= MAX_NESTING
     }
 
     // ----- items -----
@@ -444,7 +497,7 @@ impl<'t> Lowerer<'t> {
         let mut value = None;
         for c in p.into_inner() {
             match c.as_rule() {
-                Rule::ident => key = Some(self.name(c)),
+                Rule::ident | Rule::config_key => key = Some(self.name(c)),
                 Rule::value => value = Some(self.value(c)),
                 _ => {}
             }
@@ -461,6 +514,19 @@ impl<'t> Lowerer<'t> {
     // ----- values -----
 
     fn value(&mut self, p: P<'_>) -> Value {
+        if !self.enter(&p) {
+            self.depth -= 1;
+            return Value {
+                kind: ValueKind::Name(String::new()),
+                span: self.span(&p),
+            };
+        }
+        let r = self.value_inner(p);
+        self.depth -= 1;
+        r
+    }
+
+    fn value_inner(&mut self, p: P<'_>) -> Value {
         let span = self.span(&p);
         let inner = p.into_inner().next();
         let kind = match inner {
@@ -575,6 +641,16 @@ impl<'t> Lowerer<'t> {
     // ----- patterns -----
 
     fn pattern(&mut self, p: P<'_>) -> Pat {
+        if !self.enter(&p) {
+            self.depth -= 1;
+            return self.missing_pat();
+        }
+        let r = self.pattern_inner(p);
+        self.depth -= 1;
+        r
+    }
+
+    fn pattern_inner(&mut self, p: P<'_>) -> Pat {
         let span = self.span(&p);
         let mut inner = p.into_inner();
         let alt = inner
@@ -714,18 +790,18 @@ impl<'t> Lowerer<'t> {
             Rule::capture => PatKind::Capture(self.name(c)),
             Rule::any_tuple => PatKind::AnyTuple,
             Rule::alt_call | Rule::named => self.call_pat(c),
-            Rule::tuple_pat => PatKind::Tuple(
-                c.into_inner()
+            _ => {
+                // paren_pat: one pattern without a comma is grouping; otherwise a tuple.
+                let has_comma = c.clone().into_inner().any(|x| x.as_rule() == Rule::comma);
+                let mut items: Vec<Pat> = c
+                    .into_inner()
                     .filter(|x| x.as_rule() == Rule::pattern)
                     .map(|x| self.pattern(x))
-                    .collect(),
-            ),
-            _ => {
-                // group_pat
-                let inner = c.into_inner().find(|x| x.as_rule() == Rule::pattern);
-                return inner
-                    .map(|x| self.pattern(x))
-                    .unwrap_or_else(|| self.missing_pat());
+                    .collect();
+                if items.len() == 1 && !has_comma {
+                    return items.pop().unwrap_or_else(|| self.missing_pat());
+                }
+                PatKind::Tuple(items)
             }
         };
         Pat { kind, span }
@@ -767,6 +843,16 @@ impl<'t> Lowerer<'t> {
     // ----- expressions -----
 
     fn expr(&mut self, p: P<'_>) -> Expr {
+        if !self.enter(&p) {
+            self.depth -= 1;
+            return self.missing_expr();
+        }
+        let r = self.expr_inner(p);
+        self.depth -= 1;
+        r
+    }
+
+    fn expr_inner(&mut self, p: P<'_>) -> Expr {
         match p.as_rule() {
             Rule::expr => match p.into_inner().next() {
                 Some(c) => self.expr(c),
@@ -788,8 +874,25 @@ impl<'t> Lowerer<'t> {
             Some(c) => self.expr(c),
             None => return self.missing_expr(),
         };
+        let mut operands = 1u32;
         while let Some(op) = inner.next() {
             let Some(rhs_pair) = inner.next() else { break };
+            operands += 1;
+            if operands > MAX_NESTING {
+                let span = self.span(&op);
+                self.diags.push(
+                    Diagnostic::error(
+                        E1001,
+                        format!(
+                            "more than {MAX_NESTING} operands in one chain of `{}`",
+                            op.as_str()
+                        ),
+                    )
+                    .with_primary(span, "chain too long")
+                    .with_note("split it with named predicates"),
+                );
+                return self.missing_expr();
+            }
             let rhs = self.expr(rhs_pair);
             let op = match op.as_str() {
                 "||" => BinOp::Or,
@@ -829,6 +932,16 @@ impl<'t> Lowerer<'t> {
                 }),
                 _ => operand = Some(self.expr(c)),
             }
+        }
+        if ops.len() > MAX_NESTING as usize {
+            self.diags.push(
+                Diagnostic::error(
+                    E1001,
+                    format!("more than {MAX_NESTING} prefix operators in a row"),
+                )
+                .with_primary(span, "too deeply nested"),
+            );
+            return self.missing_expr();
         }
         let mut e = operand.unwrap_or_else(|| self.missing_expr());
         for op in ops.into_iter().rev() {
@@ -939,6 +1052,19 @@ impl<'t> Lowerer<'t> {
     }
 
     fn rule_expr(&mut self, p: P<'_>) -> RuleExpr {
+        if !self.enter(&p) {
+            self.depth -= 1;
+            return RuleExpr {
+                kind: RuleKind::Union(Vec::new()),
+                span: self.span(&p),
+            };
+        }
+        let r = self.rule_expr_inner(p);
+        self.depth -= 1;
+        r
+    }
+
+    fn rule_expr_inner(&mut self, p: P<'_>) -> RuleExpr {
         let span = self.span(&p);
         let Some(c) = p.into_inner().next() else {
             return RuleExpr {

@@ -25,25 +25,40 @@ pub(super) fn combine(
     let g = cx.g;
     let mut all: Vec<Candidate> = Vec::new();
     let mut seen: HashSet<SubGraph> = HashSet::new();
+    // Keys of unions already formed: the inside set and the inside sets of the nested parts.
+    // Checked before a union is built, since most unions are reached from several pairs.
+    let mut keys: HashSet<(IndexSet, Vec<IndexSet>)> = HashSet::new();
     for c in base {
+        keys.insert(key_of(&c.sub_graph));
         if seen.insert(c.sub_graph.clone()) {
             all.push(c);
         }
     }
+    // Which candidates have each node as an entry, an exit or an output (kept up to date).
+    let mut by_entry: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
+    let mut by_exit: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
+    let mut by_output: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
+    let index = |ci: usize,
+                 c: &Candidate,
+                 by_entry: &mut Vec<Vec<usize>>,
+                 by_exit: &mut Vec<Vec<usize>>,
+                 by_output: &mut Vec<Vec<usize>>| {
+        for e in c.sub_graph.entry.iter() {
+            by_entry[e].push(ci);
+        }
+        for e in c.sub_graph.exit.iter() {
+            by_exit[e].push(ci);
+        }
+        for o in c.sub_graph.output.iter() {
+            by_output[o].push(ci);
+        }
+    };
+    for (ci, c) in all.iter().enumerate() {
+        index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
+    }
     let mut first_new = 0;
     loop {
         let mut added: Vec<Candidate> = Vec::new();
-        // Which candidates have each node as an entry / exit.
-        let mut by_entry: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
-        let mut by_exit: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
-        for (ci, c) in all.iter().enumerate() {
-            for e in c.sub_graph.entry.iter() {
-                by_entry[e].push(ci);
-            }
-            for e in c.sub_graph.exit.iter() {
-                by_exit[e].push(ci);
-            }
-        }
         let mut push = |sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
             if sg.depth <= max_depth && seen.insert(sg.clone()) {
                 added.push(cx.candidate(sg, name));
@@ -52,29 +67,42 @@ pub(super) fn combine(
         for comb in combiners {
             match comb {
                 Combiner::ByKind(rules) => {
-                    for (ui, up) in all.iter().enumerate() {
-                        let mut downs: Vec<usize> = up
-                            .sub_graph
-                            .output
+                    // Pairs with at least one side from the last round: new upstreams with any
+                    // downstream, then old upstreams with new downstreams.
+                    let mut pairs: Vec<(usize, usize)> = Vec::new();
+                    for (ui, up) in all.iter().enumerate().skip(first_new) {
+                        for o in up.sub_graph.output.iter() {
+                            pairs.extend(by_entry[o].iter().map(|&di| (ui, di)));
+                        }
+                    }
+                    for (di, down) in all.iter().enumerate().skip(first_new) {
+                        for e in down.sub_graph.entry.iter() {
+                            pairs.extend(
+                                by_output[e]
+                                    .iter()
+                                    .filter(|&&ui| ui < first_new)
+                                    .map(|&ui| (ui, di)),
+                            );
+                        }
+                    }
+                    pairs.sort_unstable();
+                    pairs.dedup();
+                    for (ui, di) in pairs {
+                        if ui == di {
+                            continue;
+                        }
+                        let (up, down) = (&all[ui], &all[di]);
+                        let fires = rules
                             .iter()
-                            .flat_map(|o| by_entry[o].iter().copied())
-                            .collect();
-                        downs.sort_unstable();
-                        downs.dedup();
-                        for di in downs {
-                            if di == ui || (ui < first_new && di < first_new) {
-                                continue;
-                            }
-                            let down = &all[di];
-                            let fires = rules
-                                .iter()
-                                .any(|(a, b)| up.sub_graph.kind <= *a && down.sub_graph.kind <= *b);
-                            if !fires || !up.sub_graph.touches(g, &down.sub_graph) {
-                                continue;
-                            }
-                            if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
-                                push(u, union_labels(&up.rule_name, &down.rule_name), &mut added);
-                            }
+                            .any(|(a, b)| up.sub_graph.kind <= *a && down.sub_graph.kind <= *b);
+                        if !fires || !up.sub_graph.touches(g, &down.sub_graph) {
+                            continue;
+                        }
+                        if !keys.insert(union_key(&up.sub_graph, &down.sub_graph)) {
+                            continue;
+                        }
+                        if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
+                            push(u, union_labels(&up.rule_name, &down.rule_name), &mut added);
                         }
                     }
                 }
@@ -135,12 +163,37 @@ pub(super) fn combine(
             break;
         }
         first_new = all.len();
-        all.extend(added);
+        for c in added {
+            let ci = all.len();
+            index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
+            all.push(c);
+        }
     }
     all
 }
 
+/// The dedup key of a sub-graph: its inside set and its nested inside sets, sorted.
+fn key_of(sg: &SubGraph) -> (IndexSet, Vec<IndexSet>) {
+    let mut nested: Vec<IndexSet> = sg.nested.iter().map(|(n, _)| n.inside.clone()).collect();
+    nested.sort();
+    (sg.inside.clone(), nested)
+}
+
+/// The dedup key of the union of two disjoint sub-graphs (nested parts side by side).
+fn union_key(a: &SubGraph, b: &SubGraph) -> (IndexSet, Vec<IndexSet>) {
+    let mut nested: Vec<IndexSet> = a
+        .nested
+        .iter()
+        .chain(&b.nested)
+        .map(|(n, _)| n.inside.clone())
+        .collect();
+    nested.sort();
+    (a.inside.union(&b.inside), nested)
+}
+
 /// "I → tuple → I": an injective consumer of a tuple, the tuple, and a producer for every field.
+/// Combinations are built on inside sets; one made only of candidates from earlier rounds was
+/// already tried, so it is pruned as soon as no later field can bring a new member.
 fn tuple_arg(
     cx: &Eval<'_, '_>,
     all: &[Candidate],
@@ -157,62 +210,93 @@ fn tuple_arg(
             let is_tuple = g
                 .expr(t)
                 .is_some_and(|e| matches!(g.module.expr(e), Expr::Tuple(_)));
-            if !is_tuple {
+            if !is_tuple || consumer.sub_graph.inside.contains(t) {
                 continue;
             }
-            let tuple = SubGraph::with(
-                g,
-                IndexSet::from_indices(g.len(), [t]),
-                OpPattern::Injective,
-                "tuple".into(),
-                Vec::new(),
-            );
-            let mut partials: Vec<(Vec<usize>, SubGraph)> =
-                match consumer.sub_graph.disjoint_union(g, &tuple) {
-                    Some(u) => vec![(vec![ci], u)],
-                    None => continue,
-                };
-            let mut ok = true;
-            for field in g.inputs(t).iter().map(|f| f.index()) {
-                let producers: Vec<usize> = by_exit[field]
-                    .iter()
-                    .copied()
-                    .filter(|&p| p != ci && all[p].sub_graph.kind <= OpPattern::Injective)
-                    .collect();
-                if producers.is_empty() {
-                    ok = false;
-                    break;
-                }
-                let mut next = Vec::new();
-                for &p in &producers {
-                    for (members, acc) in &partials {
-                        // Overlapping producers are skipped, not fatal.
-                        if let Some(u) = acc.disjoint_union(g, &all[p].sub_graph) {
-                            let mut m = members.clone();
-                            m.push(p);
-                            next.push((m, u));
+            let fields: Vec<usize> = g.inputs(t).iter().map(|f| f.index()).collect();
+            let producers: Vec<Vec<usize>> = fields
+                .iter()
+                .map(|&field| {
+                    by_exit[field]
+                        .iter()
+                        .copied()
+                        .filter(|&p| p != ci && all[p].sub_graph.kind <= OpPattern::Injective)
+                        .collect()
+                })
+                .collect();
+            if producers.iter().any(Vec::is_empty) {
+                continue;
+            }
+            // suffix_new[j]: some field at or after j has a producer from the last round.
+            let mut suffix_new = vec![false; producers.len() + 1];
+            for j in (0..producers.len()).rev() {
+                suffix_new[j] = suffix_new[j + 1] || producers[j].iter().any(|&p| p >= first_new);
+            }
+            let mut start = IndexSet::from_indices(g.len(), [t]);
+            start.union_with(&consumer.sub_graph.inside);
+            let mut partials: Vec<(bool, IndexSet, Vec<usize>)> =
+                vec![(ci >= first_new, start, vec![ci])];
+            for (j, ps) in producers.iter().enumerate() {
+                let mut next: Vec<(bool, IndexSet, Vec<usize>)> = Vec::new();
+                let mut seen: HashSet<IndexSet> = HashSet::new();
+                for (has_new, acc, members) in &partials {
+                    for &p in ps {
+                        let is_new = *has_new || p >= first_new;
+                        if !is_new && !suffix_new[j + 1] {
+                            continue;
                         }
+                        // Overlapping producers are skipped, not fatal.
+                        if acc.intersects(&all[p].sub_graph.inside) {
+                            continue;
+                        }
+                        let inside = acc.union(&all[p].sub_graph.inside);
+                        if !seen.insert(inside.clone()) {
+                            continue;
+                        }
+                        let mut m = members.clone();
+                        m.push(p);
+                        next.push((is_new, inside, m));
                     }
                 }
                 partials = next;
                 if partials.is_empty() {
-                    ok = false;
                     break;
                 }
             }
-            if !ok {
-                continue;
-            }
-            for (members, u) in partials {
-                // A real fixed point: skip only combinations made entirely of old candidates.
-                if members.iter().all(|&m| m < first_new) && first_new > 0 {
+            for (has_new, _, members) in partials {
+                if !has_new {
+                    continue;
+                }
+                // Fold the union in TVM's order: consumer, tuple, producers.
+                let tuple = SubGraph::with(
+                    g,
+                    IndexSet::from_indices(g.len(), [t]),
+                    OpPattern::Injective,
+                    "tuple".into(),
+                    Vec::new(),
+                );
+                let mut acc = match consumer.sub_graph.disjoint_union(g, &tuple) {
+                    Some(u) => u,
+                    None => continue,
+                };
+                let mut ok = true;
+                for &p in &members[1..] {
+                    match acc.disjoint_union(g, &all[p].sub_graph) {
+                        Some(u) => acc = u,
+                        None => {
+                            ok = false;
+                            break;
+                        }
+                    }
+                }
+                if !ok {
                     continue;
                 }
                 let name = members
                     .iter()
                     .map(|&m| all[m].rule_name.as_str())
                     .fold(String::new(), |acc, n| union_labels(&acc, n));
-                push(u, name);
+                push(acc, name);
             }
         }
     }

@@ -1,44 +1,50 @@
-//! Matching compiled patterns against the dataflow graph.
+//! Matching compiled patterns on the e-graph of a dataflow graph.
 //!
-//! Every match at every root is found, overlapping ones included. `add` and `multiply` match
-//! their arguments in either order. A match covers the nodes its non-wildcard parts matched,
-//! except inlinable ones (scalar constants), as TVM's `MatcherToIndexSet` does. A capture written
-//! twice must bind the same node.
+//! Every match at every e-class is found, overlapping ones included, and so are matches modulo
+//! the equivalences the e-graph holds (commutativity of `add` and `multiply`, declared `equiv`
+//! and `rewrite`). A match covers the dataflow nodes of the e-nodes its non-wildcard parts
+//! matched, except inlinable ones (scalar constants), as TVM's `MatcherToIndexSet` does. A
+//! capture binds an e-class, so a capture written twice must match the same node.
 
+use super::egraph::{MatchGraph, NodeOp};
 use super::graph::DataflowGraph;
 use super::pred;
 use super::subgraph::SubGraph;
-use crate::dataflow::{IndexSet, NodeIdx};
-use crate::ir::{Callee, Dim, Expr, Type};
+use crate::dataflow::IndexSet;
+use crate::ir::{Dim, Type};
 use crate::ops::registry;
 use crate::ruletree::Pattern;
+use egg::Id;
 use std::collections::HashSet;
 
-/// One way a pattern matched: the nodes it covers and the node bound to each capture.
+/// One way a pattern matched: the dataflow nodes it covers and the class bound to each capture.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Match {
     pub cover: Vec<u32>,
-    pub caps: Vec<Option<u32>>,
+    pub caps: Vec<Option<Id>>,
 }
 
-/// Upper bound on the matches kept per (pattern node, graph node); guards against patterns
-/// whose alternatives multiply combinatorially.
+/// Upper bound on the partial matches kept while matching one argument list; guards against
+/// patterns whose alternatives multiply combinatorially.
 const MAX_MATCHES: usize = 256;
 
-/// The sub-graphs of every match of `p` in `g` (one per distinct cover, in root order).
-pub(crate) fn pattern_candidates(g: &DataflowGraph<'_>, p: &Pattern) -> Vec<SubGraph> {
-    let ncaps = capture_count(p);
+/// The sub-graphs of every match of `p` (one per distinct cover, in order of the root node).
+pub(crate) fn pattern_candidates(
+    g: &DataflowGraph<'_>,
+    mg: &MatchGraph,
+    p: &Pattern,
+) -> Vec<SubGraph> {
     let mut out = Vec::new();
     let mut seen: HashSet<Vec<u32>> = HashSet::new();
-    for root in 0..g.len() {
-        if !plausible_root(g, p, root) {
+    let mut roots_seen: HashSet<Id> = HashSet::new();
+    for node in 0..g.len() {
+        let Some(class) = mg.class(node) else {
+            continue;
+        };
+        if !roots_seen.insert(class) {
             continue;
         }
-        let start = Match {
-            cover: Vec::new(),
-            caps: vec![None; ncaps],
-        };
-        for m in match_at(g, p, root, start) {
+        for m in match_class(mg, g, p, class) {
             let mut cover = m.cover;
             cover.sort_unstable();
             cover.dedup();
@@ -50,6 +56,20 @@ pub(crate) fn pattern_candidates(g: &DataflowGraph<'_>, p: &Pattern) -> Vec<SubG
         }
     }
     out
+}
+
+/// All matches of `p` at `class` (fresh captures).
+pub(crate) fn match_class(
+    mg: &MatchGraph,
+    g: &DataflowGraph<'_>,
+    p: &Pattern,
+    class: Id,
+) -> Vec<Match> {
+    let start = Match {
+        cover: Vec::new(),
+        caps: vec![None; capture_count(p)],
+    };
+    match_at(mg, g, p, mg.egraph.find(class), start)
 }
 
 fn capture_count(p: &Pattern) -> usize {
@@ -79,61 +99,56 @@ fn capture_count(p: &Pattern) -> usize {
     max
 }
 
-/// A cheap test that the root node could match (avoids trying every pattern at every node).
-fn plausible_root(g: &DataflowGraph<'_>, p: &Pattern, root: usize) -> bool {
-    let Some(e) = g.expr(root) else { return false };
-    match p {
-        Pattern::Call { ops, .. } => {
-            matches!(g.module.expr(e), Expr::Call { callee: Callee::Op(op), .. } if ops.contains(op))
-        }
-        Pattern::Capture(_, i)
-        | Pattern::Where(i, _)
-        | Pattern::DType(i, _)
-        | Pattern::Rank(i, _)
-        | Pattern::Shape(i, _) => plausible_root(g, i, root),
-        _ => true,
-    }
+/// The type of a class: that of its representative dataflow node.
+fn class_type<'a>(mg: &MatchGraph, g: &'a DataflowGraph<'_>, class: Id) -> Option<&'a Type> {
+    let n = mg.representative(class)?;
+    g.module.ty(g.expr(n)?)
 }
 
-fn node_of(g: &DataflowGraph<'_>, e: crate::ir::ExprId) -> Option<usize> {
-    g.graph.index_of(e).map(NodeIdx::index)
+fn add_cover(g: &DataflowGraph<'_>, m: &mut Match, cover: &[u32]) {
+    m.cover
+        .extend(cover.iter().copied().filter(|&i| !g.inlinable[i as usize]));
 }
 
-/// All matches of `p` rooted at node `n`, extending `m`.
-fn match_at(g: &DataflowGraph<'_>, p: &Pattern, n: usize, m: Match) -> Vec<Match> {
-    let Some(e) = g.expr(n) else {
-        return Vec::new();
-    };
-    let module = g.module;
-    let cover = |mut m: Match| {
-        if !g.inlinable[n] {
-            m.cover.push(n as u32);
-        }
-        m
-    };
+/// All matches of `p` at (canonical) `class`, extending `m`.
+fn match_at(
+    mg: &MatchGraph,
+    g: &DataflowGraph<'_>,
+    p: &Pattern,
+    class: Id,
+    m: Match,
+) -> Vec<Match> {
+    let class = mg.egraph.find(class);
+    let nodes = &mg.egraph[class].nodes;
     match p {
         Pattern::Wildcard => vec![m],
-        Pattern::Const => match module.expr(e) {
-            Expr::Const(_) => vec![cover(m)],
-            _ => Vec::new(),
-        },
+        Pattern::Const => nodes
+            .iter()
+            .filter(|n| n.op == NodeOp::Const)
+            .take(1)
+            .map(|n| {
+                let mut x = m.clone();
+                add_cover(g, &mut x, &n.cover);
+                x
+            })
+            .collect(),
         Pattern::Capture(id, inner) => {
-            let bound = m.caps[*id as usize];
-            if bound.is_some_and(|b| b != n as u32) {
+            let slot = *id as usize;
+            if m.caps[slot].is_some_and(|b| mg.egraph.find(b) != class) {
                 return Vec::new();
             }
-            match_at(g, inner, n, m)
+            match_at(mg, g, inner, class, m)
                 .into_iter()
-                .filter_map(|mut x| match x.caps[*id as usize] {
-                    Some(b) if b != n as u32 => None,
+                .filter_map(|mut x| match x.caps[slot] {
+                    Some(b) if mg.egraph.find(b) != class => None,
                     _ => {
-                        x.caps[*id as usize] = Some(n as u32);
+                        x.caps[slot] = Some(class);
                         Some(x)
                     }
                 })
                 .collect()
         }
-        Pattern::Call { ops, attrs, args } => call_matches(g, n, ops, attrs, args, m),
+        Pattern::Call { ops, attrs, args } => call_matches(mg, g, class, ops, attrs, args, m),
         Pattern::Optional {
             ops,
             attrs,
@@ -142,44 +157,57 @@ fn match_at(g: &DataflowGraph<'_>, p: &Pattern, n: usize, m: Match) -> Vec<Match
         } => {
             let mut all_args = vec![(**first).clone()];
             all_args.extend(rest.iter().cloned());
-            let mut out = call_matches(g, n, ops, attrs, &all_args, m.clone());
-            out.extend(match_at(g, first, n, m));
+            let mut out = call_matches(mg, g, class, ops, attrs, &all_args, m.clone());
+            out.extend(match_at(mg, g, first, class, m));
             out
         }
         Pattern::Alt(alts) => {
             let mut out = Vec::new();
             for a in alts {
-                out.extend(match_at(g, a, n, m.clone()));
+                out.extend(match_at(mg, g, a, class, m.clone()));
             }
             out
         }
-        Pattern::Tuple(fields) => match module.expr(e) {
-            Expr::Tuple(items) if items.len() == fields.len() => {
-                let nodes: Vec<Option<usize>> = items.iter().map(|&x| node_of(g, x)).collect();
-                seq(g, fields, &nodes, cover(m))
+        Pattern::Tuple(fields) => {
+            let mut out = Vec::new();
+            for n in nodes
+                .iter()
+                .filter(|n| n.op == NodeOp::Tuple && n.children.len() == fields.len())
+            {
+                let mut x = m.clone();
+                add_cover(g, &mut x, &n.cover);
+                out.extend(seq(mg, g, fields, &n.children, x));
             }
+            out
+        }
+        Pattern::AnyTuple => nodes
+            .iter()
+            .filter(|n| n.op == NodeOp::Tuple)
+            .take(1)
+            .map(|n| {
+                let mut x = m.clone();
+                add_cover(g, &mut x, &n.cover);
+                x
+            })
+            .collect(),
+        Pattern::Proj(inner, i) => {
+            let mut out = Vec::new();
+            for n in nodes.iter().filter(|n| n.op == NodeOp::Proj(*i)) {
+                let mut x = m.clone();
+                add_cover(g, &mut x, &n.cover);
+                out.extend(match_at(mg, g, inner, n.children[0], x));
+            }
+            out
+        }
+        Pattern::DType(inner, ds) => match class_type(mg, g, class) {
+            Some(Type::Tensor(t)) if ds.contains(&t.dtype) => match_at(mg, g, inner, class, m),
             _ => Vec::new(),
         },
-        Pattern::AnyTuple => match module.expr(e) {
-            Expr::Tuple(_) => vec![cover(m)],
+        Pattern::Rank(inner, r) => match class_type(mg, g, class) {
+            Some(Type::Tensor(t)) if t.rank() == *r as usize => match_at(mg, g, inner, class, m),
             _ => Vec::new(),
         },
-        Pattern::Proj(inner, i) => match module.expr(e) {
-            Expr::Proj { tuple, index } if index == i => match node_of(g, *tuple) {
-                Some(t) => match_at(g, inner, t, cover(m)),
-                None => Vec::new(),
-            },
-            _ => Vec::new(),
-        },
-        Pattern::DType(inner, ds) => match module.ty(e) {
-            Some(Type::Tensor(t)) if ds.contains(&t.dtype) => match_at(g, inner, n, m),
-            _ => Vec::new(),
-        },
-        Pattern::Rank(inner, r) => match module.ty(e) {
-            Some(Type::Tensor(t)) if t.rank() == *r as usize => match_at(g, inner, n, m),
-            _ => Vec::new(),
-        },
-        Pattern::Shape(inner, dims) => match module.ty(e) {
+        Pattern::Shape(inner, dims) => match class_type(mg, g, class) {
             Some(Type::Tensor(t))
                 if t.rank() == dims.len()
                     && t.shape
@@ -187,78 +215,75 @@ fn match_at(g: &DataflowGraph<'_>, p: &Pattern, n: usize, m: Match) -> Vec<Match
                         .zip(dims)
                         .all(|(d, want)| want.is_none_or(|w| *d == Dim::Fixed(w))) =>
             {
-                match_at(g, inner, n, m)
+                match_at(mg, g, inner, class, m)
             }
             _ => Vec::new(),
         },
-        Pattern::Where(inner, p) => match_at(g, inner, n, m)
+        Pattern::Where(inner, p) => match_at(mg, g, inner, class, m)
             .into_iter()
             .filter(|x| {
-                let caps: Vec<Option<usize>> =
-                    x.caps.iter().map(|c| c.map(|v| v as usize)).collect();
+                let caps: Vec<Option<usize>> = x
+                    .caps
+                    .iter()
+                    .map(|c| c.and_then(|c| mg.representative(mg.egraph.find(c))))
+                    .collect();
                 pred::holds(g, p, &caps)
             })
             .collect(),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn call_matches(
+    mg: &MatchGraph,
     g: &DataflowGraph<'_>,
-    n: usize,
+    class: Id,
     ops: &[crate::ir::OpId],
     attrs: &[(String, crate::ir::AttrValue)],
     args: &[Pattern],
     m: Match,
 ) -> Vec<Match> {
-    let Some(e) = g.expr(n) else {
-        return Vec::new();
-    };
-    let Expr::Call {
-        callee: Callee::Op(op),
-        args: actual,
-        attrs: values,
-    } = g.module.expr(e)
-    else {
-        return Vec::new();
-    };
-    if !ops.contains(op) || actual.len() != args.len() {
-        return Vec::new();
-    }
-    let def = registry().get(*op);
-    if !attrs
-        .iter()
-        .all(|(k, v)| values.get(def.attrs, k) == Some(v))
-    {
-        return Vec::new();
-    }
-    let mut m = m;
-    if !g.inlinable[n] {
-        m.cover.push(n as u32);
-    }
-    let nodes: Vec<Option<usize>> = actual.iter().map(|&x| node_of(g, x)).collect();
-    let mut out = seq(g, args, &nodes, m.clone());
-    // `add` and `multiply` are commutative: also try the arguments swapped.
-    if matches!(def.name, "add" | "multiply") && nodes.len() == 2 && nodes[0] != nodes[1] {
-        let swapped = [nodes[1], nodes[0]];
-        for x in seq(g, args, &swapped, m) {
-            if !out.contains(&x) {
-                out.push(x);
+    let mut out = Vec::new();
+    for n in &mg.egraph[class].nodes {
+        let NodeOp::Call(op, a) = n.op else { continue };
+        if !ops.contains(&op) || n.children.len() != args.len() {
+            continue;
+        }
+        let def = registry().get(op);
+        let values = &mg.attrs[a as usize];
+        if !attrs
+            .iter()
+            .all(|(k, v)| values.get(def.attrs, k) == Some(v))
+        {
+            continue;
+        }
+        let mut x = m.clone();
+        add_cover(g, &mut x, &n.cover);
+        for r in seq(mg, g, args, &n.children, x) {
+            if !out.contains(&r) {
+                out.push(r);
             }
         }
     }
     out
 }
 
-/// Matches each pattern against the corresponding node, threading the captures through.
-fn seq(g: &DataflowGraph<'_>, pats: &[Pattern], nodes: &[Option<usize>], m: Match) -> Vec<Match> {
+/// Matches each pattern against the corresponding class, threading the captures through.
+fn seq(
+    mg: &MatchGraph,
+    g: &DataflowGraph<'_>,
+    pats: &[Pattern],
+    classes: &[Id],
+    m: Match,
+) -> Vec<Match> {
     let mut partial = vec![m];
-    for (p, node) in pats.iter().zip(nodes) {
+    for (p, &c) in pats.iter().zip(classes) {
         let mut next = Vec::new();
         for x in partial {
-            match (p, node) {
-                (Pattern::Wildcard, _) => next.push(x),
-                (_, Some(nd)) => next.extend(match_at(g, p, *nd, x)),
-                (_, None) => {}
+            if matches!(p, Pattern::Wildcard) {
+                next.push(x);
+            } else {
+                next.extend(match_at(mg, g, p, c, x));
             }
             if next.len() > MAX_MATCHES {
                 next.truncate(MAX_MATCHES);

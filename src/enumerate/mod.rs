@@ -9,11 +9,13 @@
 //! their target and equality includes it and the nested attributes (Q6).
 
 mod combine;
+mod egraph;
 pub mod graph;
 mod matcher;
 mod pred;
 pub mod subgraph;
 
+pub use egraph::StopReason;
 pub use graph::DataflowGraph;
 pub use subgraph::SubGraph;
 
@@ -68,13 +70,56 @@ impl std::hash::Hash for Candidate {
     }
 }
 
+/// The result of enumeration.
+pub struct Enumeration {
+    /// Candidates of every target, grouped by target in program order.
+    pub candidates: Vec<Candidate>,
+    /// Why applying equivalences to the e-graph stopped.
+    pub equivalences: StopReason,
+    /// Size of the e-graph after equivalences: (e-nodes, e-classes).
+    pub egraph_size: (usize, usize),
+}
+
 /// Candidates of every target of `program` for one function.
-pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> Vec<Candidate> {
-    let mut out = Vec::new();
+pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> Enumeration {
+    let mg = egraph::MatchGraph::build(g, program);
+    let mut candidates = Vec::new();
+    // Targets with the same rule tree, compiler and depth limit (a native target on two
+    // devices, say) have the same candidates: evaluate each such tree once.
+    let mut done: Vec<(usize, Vec<Candidate>)> = Vec::new();
     for t in 0..program.targets.len() {
-        out.extend(target_candidates(g, program, t, limits));
+        let same = done.iter().find(|(u, _)| {
+            let (a, b) = (&program.targets[*u], &program.targets[t]);
+            a.rule == b.rule
+                && a.compiler == b.compiler
+                && default_depth(a, limits) == default_depth(b, limits)
+        });
+        let cands = match same {
+            Some((_, cands)) => cands
+                .iter()
+                .map(|c| Candidate {
+                    target: t,
+                    sub_graph: c.sub_graph.clone(),
+                    rule_name: retarget(
+                        &c.rule_name,
+                        &program.targets[c.target].name,
+                        &program.targets[t].name,
+                    ),
+                })
+                .collect(),
+            None => target_candidates_in(g, &mg, program, t, limits),
+        };
+        candidates.extend(cands.iter().cloned());
+        done.push((t, cands));
     }
-    out
+    Enumeration {
+        candidates,
+        equivalences: mg.why_stopped,
+        egraph_size: (
+            mg.egraph.total_number_of_nodes(),
+            mg.egraph.number_of_classes(),
+        ),
+    }
 }
 
 /// The candidates of one target, de-duplicated, sorted by sub-graph order then rule name.
@@ -84,16 +129,24 @@ pub fn target_candidates(
     target: usize,
     limits: &Limits,
 ) -> Vec<Candidate> {
+    let mg = egraph::MatchGraph::build(g, program);
+    target_candidates_in(g, &mg, program, target, limits)
+}
+
+fn target_candidates_in(
+    g: &DataflowGraph<'_>,
+    mg: &egraph::MatchGraph,
+    program: &Program,
+    target: usize,
+    limits: &Limits,
+) -> Vec<Candidate> {
     let t = &program.targets[target];
     let cx = Eval {
         g,
+        mg,
         target,
         t,
-        default_depth: if t.compiler.is_some() {
-            t.max_depth.unwrap_or(limits.byoc_max_depth)
-        } else {
-            t.max_depth.unwrap_or(limits.tvm_max_depth)
-        },
+        default_depth: default_depth(t, limits),
     };
     let mut cands = cx.eval(&t.rule);
     for c in &mut cands {
@@ -109,9 +162,27 @@ pub fn target_candidates(
     cands
 }
 
+/// The depth limit of a target's rules where they set none.
+fn default_depth(t: &Target, limits: &Limits) -> u32 {
+    match (t.max_depth, &t.compiler) {
+        (Some(d), _) => d,
+        (None, Some(_)) => limits.byoc_max_depth,
+        (None, None) => limits.tvm_max_depth,
+    }
+}
+
+/// Replaces the leading target name of a rule name.
+fn retarget(rule_name: &str, from: &str, to: &str) -> String {
+    match rule_name.strip_prefix(from) {
+        Some(rest) if rest.is_empty() || rest.starts_with('.') => format!("{to}{rest}"),
+        _ => rule_name.to_string(),
+    }
+}
+
 /// Evaluation context for one target.
 pub(crate) struct Eval<'a, 'm> {
     pub g: &'a DataflowGraph<'m>,
+    pub mg: &'a egraph::MatchGraph,
     pub target: usize,
     pub t: &'a Target,
     pub default_depth: u32,
@@ -134,7 +205,7 @@ impl Eval<'_, '_> {
     pub fn eval(&self, rule: &Rule) -> Vec<Candidate> {
         let g = self.g;
         match rule {
-            Rule::Pattern { name, pattern } => matcher::pattern_candidates(g, pattern)
+            Rule::Pattern { name, pattern } => matcher::pattern_candidates(g, self.mg, pattern)
                 .into_iter()
                 .map(|sg| {
                     let label = if name.is_empty() {

@@ -182,7 +182,7 @@ fn builtin(f: Builtin, items: &[V]) -> V {
     match f {
         Builtin::Len => V::Int(items.len() as i64),
         Builtin::All => V::Bool(items.iter().all(|v| *v == V::Bool(true))),
-        Builtin::Any => V::Bool(items.iter().any(|v| *v == V::Bool(true))),
+        Builtin::Any => V::Bool(items.contains(&V::Bool(true))),
         Builtin::Sum | Builtin::Product | Builtin::Min | Builtin::Max => {
             if items.iter().any(|v| !matches!(v, V::Int(_) | V::Float(_))) {
                 return V::Unknown;

@@ -247,29 +247,28 @@ fn trivially_unionable(a: &FnAttrs, b: &FnAttrs) -> bool {
             .all(|(k, v)| b.iter().any(|(k2, v2)| k == k2 && v == v2))
 }
 
-/// Longest path (counting nodes) from an entry to an exit through inside nodes (§4.3).
+/// Longest path (counting nodes) from an entry to an exit through inside nodes (§4.3). Works on
+/// arrays the size of the inside set (inside nodes in index order are topologically sorted).
 fn depth(g: &DataflowGraph<'_>, inside: &IndexSet, entry: &IndexSet, exit: &IndexSet) -> u32 {
-    // Inside nodes in increasing index order are topologically ordered.
-    let n = g.len();
-    let mut d: Vec<u32> = vec![0; n];
-    let mut reached = IndexSet::new(n);
-    for e in entry.iter() {
-        d[e] = 1;
-        reached.insert(e);
-    }
+    let members: Vec<usize> = inside.iter().collect();
+    let mut d: Vec<u32> = members
+        .iter()
+        .map(|&i| u32::from(entry.contains(i)))
+        .collect();
     let mut max = 0;
-    for i in inside.iter() {
-        if !reached.contains(i) {
+    for (k, &i) in members.iter().enumerate() {
+        if d[k] == 0 {
             continue;
         }
         if exit.contains(i) {
-            max = max.max(d[i]);
+            max = max.max(d[k]);
         }
         for o in g.outputs(i) {
             let o = o.index();
-            if inside.contains(o) && d[o] < d[i] + 1 {
-                d[o] = d[i] + 1;
-                reached.insert(o);
+            if inside.contains(o) {
+                if let Ok(pos) = members.binary_search(&o) {
+                    d[pos] = d[pos].max(d[k] + 1);
+                }
             }
         }
     }

@@ -336,7 +336,7 @@ impl Registry {
         let custom = CUSTOM.read().unwrap_or_else(|e| e.into_inner());
         custom
             .iter()
-            .position(|d| d.name == name)
+            .rposition(|d| d.name == name)
             .map(|i| OpId(CUSTOM_BASE + i as u16))
     }
 
@@ -366,6 +366,11 @@ impl Registry {
     }
 }
 
+/// Whether an operator was declared in a rules file (rather than built in).
+pub fn is_custom(op: OpId) -> bool {
+    op.0 >= CUSTOM_BASE
+}
+
 /// Ids of custom operators start here.
 const CUSTOM_BASE: u16 = 0x8000;
 
@@ -374,23 +379,23 @@ static CUSTOM: std::sync::RwLock<Vec<&'static OpDef>> = std::sync::RwLock::new(V
 
 /// Registers an operator declared in a rules file. Its type is that of its first argument (or
 /// `float32` scalar if it has none). Declaring the same operator again with the same arguments
-/// and kind returns the same id; anything else that clashes is an error.
+/// and kind returns the same id; a different declaration shadows the earlier one. Built-in
+/// operators cannot be redeclared.
 pub fn register_custom(name: &str, args: &[String], kind: OpPattern) -> Result<OpId, String> {
     let reg = registry();
     if reg.by_name.contains_key(name) {
         return Err("an operator of that name is built in".into());
     }
     let mut custom = CUSTOM.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = custom.iter().position(|d| d.name == name) {
+    if let Some(i) = custom.iter().rposition(|d| d.name == name) {
         let d = custom[i];
         let same = d.pattern == kind
             && d.args.len() == args.len()
             && d.args.iter().zip(args).all(|(a, b)| *a == b);
-        return if same {
-            Ok(OpId(CUSTOM_BASE + i as u16))
-        } else {
-            Err("it is already declared differently".into())
-        };
+        if same {
+            return Ok(OpId(CUSTOM_BASE + i as u16));
+        }
+        // A different declaration (another rule set in this process) shadows the old one.
     }
     if custom.len() >= (u16::MAX - CUSTOM_BASE) as usize {
         return Err("too many custom operators".into());

@@ -278,7 +278,14 @@ pub fn pred_text(p: &Pred) -> String {
     match p {
         Pred::Lit(l) => match l {
             Lit::Int(v) => v.to_string(),
-            Lit::Float(v) => shortest_g(*v),
+            Lit::Float(v) => {
+                let t = shortest_g(*v);
+                if t.contains(['.', 'e', 'n', 'i']) {
+                    t
+                } else {
+                    format!("{t}.0")
+                }
+            }
             Lit::Str(s) => format!("{s:?}"),
             Lit::Bool(b) => b.to_string(),
             Lit::DType(d) => d.to_string(),

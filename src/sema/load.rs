@@ -32,6 +32,8 @@ impl Provider<'_> {
 
 /// One loaded file.
 pub struct Loaded {
+    /// Whether one of its own imports could not be loaded.
+    pub broken: bool,
     /// Its syntax tree.
     pub ast: ast::File,
     /// Files it imports directly (indices into [`Loaded`] list).
@@ -113,6 +115,7 @@ fn load_tree(
 ) {
     struct Frame {
         path: PathBuf,
+        broken: bool,
         ast: ast::File,
         /// (path, span) of each import still to resolve.
         pending: Vec<(String, Span)>,
@@ -133,6 +136,7 @@ fn load_tree(
         pending.reverse();
         Frame {
             path,
+            broken: false,
             ast,
             pending,
             done: Vec::new(),
@@ -145,6 +149,7 @@ fn load_tree(
             let idx = files.len();
             index_of.insert(f.path.clone(), idx);
             files.push(Loaded {
+                broken: f.broken,
                 ast: f.ast,
                 imports: f.done,
                 is_root: false,
@@ -184,10 +189,15 @@ fn load_tree(
                 let frame = open(sources, target, text, diags);
                 stack.push(frame);
             }
-            Err(e) => diags.push(
-                Diagnostic::error(E1101, format!("cannot import `{rel}`: {e}"))
-                    .with_primary(span, format!("looked for `{}`", target.display())),
-            ),
+            Err(e) => {
+                if let Some(top) = stack.last_mut() {
+                    top.broken = true;
+                }
+                diags.push(
+                    Diagnostic::error(E1101, format!("cannot import `{rel}`: {e}"))
+                        .with_primary(span, format!("looked for `{}`", target.display())),
+                )
+            }
         }
     }
 }

@@ -71,6 +71,16 @@ pub(crate) struct Checker<'f> {
     pub program: Program,
     /// Target names to their index in `program.targets` (filled as targets compile).
     pub target_index: BTreeMap<String, usize>,
+    /// Names defined by items that did not parse: their uses are not reported as undefined.
+    pub poisoned: HashSet<String>,
+    /// Per file: whether its scope is incomplete (an import failed, directly or not).
+    pub incomplete: Vec<bool>,
+    /// Per file: whether it declares a target.
+    pub has_targets: Vec<bool>,
+    /// Per file: the custom operators declared in its scope (it and its imports).
+    pub custom_in_scope: Vec<HashSet<String>>,
+    /// The definition made by each (file, item).
+    def_at: HashMap<(usize, usize), DefId>,
 }
 
 impl<'f> Checker<'f> {
@@ -91,6 +101,26 @@ impl<'f> Checker<'f> {
             current_file: 0,
             program: Program::default(),
             target_index: BTreeMap::new(),
+            poisoned: files
+                .iter()
+                .flat_map(|f| f.ast.items.iter())
+                .filter_map(|i| match &i.kind {
+                    ItemKind::Bad(Some(n)) => Some(n.text.clone()),
+                    _ => None,
+                })
+                .collect(),
+            incomplete: vec![false; files.len()],
+            custom_in_scope: vec![HashSet::new(); files.len()],
+            def_at: HashMap::new(),
+            has_targets: files
+                .iter()
+                .map(|f| {
+                    f.ast
+                        .items
+                        .iter()
+                        .any(|i| matches!(i.kind, ItemKind::Target { .. }))
+                })
+                .collect(),
         }
     }
 
@@ -140,7 +170,14 @@ impl<'f> Checker<'f> {
                 if name.text.is_empty() {
                     continue;
                 }
+                if kind == DefKind::Pattern && crate::ops::registry().lookup(&name.text).is_some() {
+                    let d = Diagnostic::error(E1203, format!("`{}` is an operator name", name.text))
+                        .with_primary(name.span, "a pattern of this name could never be used")
+                        .with_note("uses of the name would call the operator; choose another name for the pattern");
+                    self.diags.push(d);
+                }
                 own[fi].push(self.defs.len());
+                self.def_at.insert((fi, ii), self.defs.len());
                 self.defs.push(Def {
                     kind,
                     name: name.text.clone(),
@@ -151,6 +188,15 @@ impl<'f> Checker<'f> {
         }
         for fi in 0..self.files.len() {
             let visible = self.visible_files(fi);
+            self.incomplete[fi] = visible.iter().any(|&v| self.files[v].broken);
+            self.custom_in_scope[fi] = visible
+                .iter()
+                .flat_map(|&v| self.files[v].ast.items.iter())
+                .filter_map(|i| match &i.kind {
+                    ItemKind::Operator { name, .. } => Some(name.text.clone()),
+                    _ => None,
+                })
+                .collect();
             let mut scope: HashMap<String, DefId> = HashMap::new();
             for vf in visible {
                 for &d in &own[vf] {
@@ -283,17 +329,35 @@ impl<'f> Checker<'f> {
         }
     }
 
+    /// Whether an unresolved name may be explained by an earlier error (an item that did not
+    /// parse, or an import that failed), so reporting it would only add noise.
+    pub fn unresolved_is_explained(&self, name: &str) -> bool {
+        self.poisoned.contains(name)
+            || self
+                .incomplete
+                .get(self.current_file)
+                .copied()
+                .unwrap_or(false)
+    }
+
     /// Reports an undefined name with a suggestion.
     pub fn undefined(&mut self, name: &ast::Name, what: &str) {
-        let candidates: Vec<&str> = self
+        if self.unresolved_is_explained(&name.text) {
+            return;
+        }
+        let mut candidates: Vec<&str> = self
             .scopes
             .get(self.current_file)
-            .map(|s| {
-                let mut v: Vec<&str> = s.keys().map(String::as_str).collect();
-                v.sort();
-                v
-            })
+            .map(|s| s.keys().map(String::as_str).collect())
             .unwrap_or_default();
+        candidates.extend([
+            "tuple_arg",
+            "tuple_proj",
+            "constant",
+            "op_call_by_kind",
+            "host",
+        ]);
+        candidates.sort();
         let mut d = Diagnostic::error(E1201, format!("undefined name `{}`", name.text))
             .with_primary(name.span, format!("expected {what}"));
         if let Some(s) = crate::util::closest(&name.text, candidates.into_iter()) {
@@ -318,16 +382,28 @@ impl<'f> Checker<'f> {
     fn compile_item(&mut self, fi: usize, ii: usize) {
         let item = &self.files[fi].ast.items[ii];
         match &item.kind {
-            ItemKind::Import(_) | ItemKind::Bad => {}
+            ItemKind::Import(_) | ItemKind::Bad(_) => {}
             ItemKind::Operator { name, args, kind } => self.declare_operator(name, args, kind),
-            ItemKind::Pattern { params, body, .. } => {
+            ItemKind::Pattern { name, params, body } => {
                 // A pattern with parameters is checked where it is used (its parameters decide
                 // what its captures are); unused ones are checked on their own at the end.
                 if params.is_empty() {
+                    let d = self.lookup_quiet(&name.text, (fi, ii));
+                    self.in_progress.extend(d);
                     self.check_pattern_def(params, body);
+                    if d.is_some() {
+                        self.in_progress.pop();
+                    }
                 }
             }
-            ItemKind::Predicate { params, body, .. } => self.check_predicate_def(params, body),
+            ItemKind::Predicate { name, params, body } => {
+                let d = self.lookup_quiet(&name.text, (fi, ii));
+                self.in_progress.extend(d);
+                self.check_predicate_def(params, body);
+                if d.is_some() {
+                    self.in_progress.pop();
+                }
+            }
             ItemKind::Combiner { name, .. } => {
                 if let Some(d) = self.lookup_quiet(&name.text, (fi, ii)) {
                     let _ = self.combiner_def(d);
@@ -363,7 +439,10 @@ impl<'f> Checker<'f> {
 
     /// The definition made by item `at`, without marking it used.
     fn lookup_quiet(&self, name: &str, at: (usize, usize)) -> Option<DefId> {
-        self.defs.iter().position(|d| d.name == name && d.at == at)
+        self.def_at
+            .get(&at)
+            .copied()
+            .filter(|&d| self.defs[d].name == name)
     }
 
     /// Unused definitions in files that declare targets are warnings; files without targets
@@ -373,13 +452,7 @@ impl<'f> Checker<'f> {
             if def.kind == DefKind::Target || self.used.contains(&d) {
                 continue;
             }
-            let file = &self.files[def.at.0];
-            let has_targets = file
-                .ast
-                .items
-                .iter()
-                .any(|i| matches!(i.kind, ItemKind::Target { .. }));
-            if !has_targets {
+            if !self.has_targets[def.at.0] {
                 continue;
             }
             let w = Diagnostic::warning(
@@ -416,7 +489,11 @@ impl<'f> Checker<'f> {
                         chain.join(" -> "),
                         self.defs[d].name
                     ));
+            // Reported even while re-expanding a checked body: a cycle through several
+            // definitions is only visible from inside an expansion.
+            let saved = std::mem::replace(&mut self.mute, 0);
             self.report(diag);
+            self.mute = saved;
             return false;
         }
         self.in_progress.push(d);

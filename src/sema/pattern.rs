@@ -426,8 +426,13 @@ impl Checker<'_> {
         let mut ops = Vec::new();
         let mut ok = true;
         for n in callee {
-            match registry().lookup(&n.text) {
+            let found = registry().lookup(&n.text).filter(|op| {
+                !crate::ops::is_custom(*op)
+                    || self.custom_in_scope[self.current_file].contains(&n.text)
+            });
+            match found {
                 Some(op) => ops.push(op),
+                None if self.unresolved_is_explained(&n.text) => ok = false,
                 None => {
                     let mut d = Diagnostic::error(E1301, format!("unknown operator `{}`", n.text))
                         .with_primary(n.span, "not a registered operator, pattern or parameter");
@@ -449,18 +454,21 @@ impl Checker<'_> {
         attrs: &[ast::ConfigEntry],
     ) -> Option<Vec<(String, crate::ir::AttrValue)>> {
         let mut out: Vec<(String, crate::ir::AttrValue)> = Vec::new();
+        let mut keys: Vec<&ast::Name> = Vec::new();
         let mut ok = true;
         for a in attrs {
-            if let Some((_, _)) = out.iter().find(|(k, _)| *k == a.key.text) {
+            if let Some(prev) = keys.iter().find(|k| k.text == a.key.text) {
                 let d = Diagnostic::error(
                     E1304,
                     format!("attribute `{}` is constrained twice", a.key.text),
                 )
-                .with_primary(a.key.span, "constrained again here");
+                .with_primary(a.key.span, "constrained again here")
+                .with_secondary(prev.span, "first constrained here");
                 self.report(d);
                 ok = false;
                 continue;
             }
+            keys.push(&a.key);
             let mut value = None;
             for (op, name) in ops.iter().zip(callee) {
                 let def = registry().get(*op);

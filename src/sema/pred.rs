@@ -44,6 +44,17 @@ impl fmt::Display for PType {
 }
 
 impl PType {
+    /// The type's name with its article: "an int", "a list of int".
+    fn with_article(&self) -> String {
+        let name = self.to_string();
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {name}")
+    }
+
     fn is_num(&self) -> bool {
         matches!(self, PType::Int | PType::Float)
     }
@@ -91,7 +102,10 @@ impl Checker<'_> {
         if t != PType::Bool {
             let d = Diagnostic::error(
                 E1401,
-                format!("a predicate must be a boolean, this is a {t}"),
+                format!(
+                    "a predicate must be a boolean, this is {}",
+                    t.with_article()
+                ),
             )
             .with_primary(e.span, format!("has type {t}"));
             self.report(d);
@@ -148,7 +162,10 @@ impl Checker<'_> {
             if t != PType::Bool {
                 let d = Diagnostic::error(
                     E1401,
-                    format!("a predicate must be a boolean, this is a {t}"),
+                    format!(
+                        "a predicate must be a boolean, this is {}",
+                        t.with_article()
+                    ),
                 )
                 .with_primary(body.span, format!("has type {t}"));
                 self.report(d);
@@ -202,7 +219,7 @@ impl Checker<'_> {
                 if it != PType::Int {
                     return self.type_error(
                         index.span,
-                        format!("an index must be an int, this is a {it}"),
+                        format!("an index must be an int, this is {}", it.with_article()),
                         format!("has type {it}"),
                     );
                 }
@@ -210,7 +227,10 @@ impl Checker<'_> {
                     PType::List(t) => Some((Pred::Index(Box::new(b), Box::new(i)), *t)),
                     other => self.type_error(
                         base.span,
-                        format!("only lists can be indexed, this is a {other}"),
+                        format!(
+                            "only lists can be indexed, this is {}",
+                            other.with_article()
+                        ),
                         format!("has type {other}"),
                     ),
                 }
@@ -225,12 +245,12 @@ impl Checker<'_> {
                     }
                     (UnOp::Not, _) => self.type_error(
                         x.span,
-                        format!("`!` needs a bool, this is a {t}"),
+                        format!("`!` needs a bool, this is {}", t.with_article()),
                         format!("has type {t}"),
                     ),
                     (UnOp::Neg, _) => self.type_error(
                         x.span,
-                        format!("`-` needs a number, this is a {t}"),
+                        format!("`-` needs a number, this is {}", t.with_article()),
                         format!("has type {t}"),
                     ),
                 }
@@ -327,7 +347,11 @@ impl Checker<'_> {
         let PType::Tensor(ops) = bt else {
             return self.type_error(
                 field.span,
-                format!("`.{}` needs a tensor, this is a {bt}", field.text),
+                format!(
+                    "`.{}` needs a tensor, this is {}",
+                    field.text,
+                    bt.with_article()
+                ),
                 format!("has type {bt}"),
             );
         };
@@ -450,7 +474,10 @@ impl Checker<'_> {
             let PType::Tensor(arg_ops) = &at else {
                 return self.type_error(
                     a.span,
-                    format!("predicate arguments are tensors, this is a {at}"),
+                    format!(
+                        "predicate arguments are tensors, this is {}",
+                        at.with_article()
+                    ),
                     format!("has type {at}"),
                 );
             };
@@ -516,7 +543,11 @@ impl Checker<'_> {
             other => {
                 return self.type_error(
                     args[0].span,
-                    format!("`{}` needs a list, this is a {other}", name.text),
+                    format!(
+                        "`{}` needs a list, this is {}",
+                        name.text,
+                        other.with_article()
+                    ),
                     format!("has type {other}"),
                 )
             }
@@ -622,7 +653,7 @@ impl Checker<'_> {
         if it != PType::Int {
             return self.type_error(
                 index.span,
-                format!("an index must be an int, this is a {it}"),
+                format!("an index must be an int, this is {}", it.with_article()),
                 format!("has type {it}"),
             );
         }

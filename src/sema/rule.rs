@@ -233,6 +233,7 @@ impl Checker<'_> {
             return None;
         }
         let mut out = Vec::new();
+        let mut listed: Vec<(crate::ir::OpId, crate::source::Span)> = Vec::new();
         let mut ok = true;
         for (name, guard) in entries {
             let Some(op) = registry().lookup(&name.text) else {
@@ -245,15 +246,16 @@ impl Checker<'_> {
                 ok = false;
                 continue;
             };
-            if let Some((prev, _)) = out.iter().find(|(o, _)| *o == op) {
-                let _ = prev;
+            if let Some(prev) = listed.iter().find(|(o, _)| *o == op).map(|(_, s)| *s) {
                 let d =
                     Diagnostic::error(E1601, format!("operator `{}` is listed twice", name.text))
-                        .with_primary(name.span, "listed again here");
+                        .with_primary(name.span, "listed again here")
+                        .with_secondary(prev, "first listed here");
                 self.report(d);
                 ok = false;
                 continue;
             }
+            listed.push((op, name.span));
             let pred = match guard {
                 Some(e) => {
                     let mut caps = Captures::default();

@@ -97,6 +97,7 @@ impl Checker<'_> {
             rule: Rule::Host,
         };
         let mut device_span = None;
+        let mut compiler_given = false;
         let mut patterns: Option<(&[(ast::Str, ast::Pat)], Span)> = None;
         let mut rule: Option<(&ast::RuleExpr, Span)> = None;
         let mut refines: Option<&ast::Name> = None;
@@ -128,17 +129,21 @@ impl Checker<'_> {
                     ok &= self.transition(&mut t.transition, fields)
                 }
                 TargetEntry::Field(f) => match f.key.text.as_str() {
-                    "compiler" => match &f.value.kind {
-                        ValueKind::Str(s) if !s.is_empty() => t.compiler = Some(s.clone()),
-                        _ => ok &= self.bad_field(f, "a non-empty string such as \"cutlass\""),
-                    },
-                    "device" => match self.device(&f.value) {
-                        Some(d) => {
-                            t.device = d;
-                            device_span = Some(f.value.span);
+                    "compiler" => {
+                        compiler_given = true;
+                        match &f.value.kind {
+                            ValueKind::Str(s) if !s.is_empty() => t.compiler = Some(s.clone()),
+                            _ => ok &= self.bad_field(f, "a non-empty string such as \"cutlass\""),
                         }
-                        None => ok = false,
-                    },
+                    }
+                    "device" => {
+                        // Given, even if invalid: do not also report it as missing.
+                        device_span = Some(f.value.span);
+                        match self.device(&f.value) {
+                            Some(d) => t.device = d,
+                            None => ok = false,
+                        }
+                    }
                     "fusion" => match &f.value.kind {
                         ValueKind::Name(n) if n == "none" => t.fusion = Some(FusionStyle::None),
                         ValueKind::Name(n) if n == "tvm" => t.fusion = Some(FusionStyle::Tvm),
@@ -185,17 +190,34 @@ impl Checker<'_> {
             ok = false;
         }
         if t.is_host && (t.compiler.is_some() || patterns.is_some()) {
+            let at = field_span(
+                &seen,
+                if t.compiler.is_some() {
+                    "compiler"
+                } else {
+                    "patterns"
+                },
+            )
+            .unwrap_or(name.span);
             let d = Diagnostic::error(E1708, "the host target takes no `compiler` or `patterns`")
-                .with_primary(name.span, "host target");
+                .with_primary(at, "not for the host target")
+                .with_secondary(
+                    field_span(&seen, "host").unwrap_or(name.span),
+                    "declared the host here",
+                );
             self.report(d);
             ok = false;
         }
-        if t.fusion.is_some() && t.compiler.is_none() {
+        let fusion_without_compiler = t.fusion.is_some() && t.compiler.is_none() && !compiler_given;
+        if fusion_without_compiler {
             let d = Diagnostic::error(
                 E1708,
                 "`fusion` applies to BYOC targets only (those with a `compiler`)",
             )
-            .with_primary(name.span, "no `compiler`");
+            .with_primary(
+                field_span(&seen, "fusion").unwrap_or(name.span),
+                "this target has no `compiler`",
+            );
             self.report(d);
             ok = false;
         }
@@ -216,7 +238,7 @@ impl Checker<'_> {
                 ok = false;
             }
             (Some((list, ps)), None) => {
-                if t.compiler.is_none() {
+                if t.compiler.is_none() && !compiler_given {
                     let d = Diagnostic::error(
                         E1701,
                         "`patterns` needs a `compiler` (the BYOC backend's name)",
@@ -230,7 +252,7 @@ impl Checker<'_> {
                     None => ok = false,
                 }
             }
-            (None, Some((r, rs))) if t.fusion.is_some() => {
+            (None, Some((r, rs))) if t.fusion.is_some() && !fusion_without_compiler => {
                 let _ = self.rule(r);
                 let d = Diagnostic::error(
                     E1708,
@@ -590,18 +612,37 @@ impl Checker<'_> {
         else {
             return false;
         };
-        let other_name = ast::Name {
-            text: other.clone(),
-            span: *span,
-        };
+
         if *other == t.name {
             let d = Diagnostic::error(E1705, "a target cannot refine itself")
                 .with_primary(*span, "itself");
             self.report(d);
             return false;
         }
-        let Some(def) = self.lookup_kind(&other_name, DefKind::Target) else {
-            return false;
+        let def = match self.lookup(other) {
+            Some(d) if self.defs[d].kind == DefKind::Target => d,
+            found => {
+                let mut d = match found {
+                    Some(d) => Diagnostic::error(
+                        E1705,
+                        format!("`{other}` is {}, not a target", self.defs[d].kind.noun()),
+                    )
+                    .with_primary(*span, "expected a target")
+                    .with_secondary(self.defs[d].name_span, "defined here"),
+                    None => Diagnostic::error(E1705, format!("unknown target `{other}`"))
+                        .with_primary(*span, "no target of this name is in scope"),
+                };
+                let targets: Vec<String> = self.target_index.keys().cloned().collect();
+                if let Some(s) = crate::util::closest(other, targets.iter().map(String::as_str)) {
+                    d = d.with_note(format!("help: did you mean `{s}`?"));
+                } else if found.is_none() {
+                    d = d.with_note(
+                        "a refined target must be declared first, in this file or one it imports",
+                    );
+                }
+                self.report(d);
+                return false;
+            }
         };
         let Some(&idx) = self.target_index.get(other) else {
             let d = Diagnostic::error(
@@ -644,6 +685,11 @@ impl Checker<'_> {
         t.refines = Some(idx);
         true
     }
+}
+
+/// The span of a field's key among the fields seen.
+fn field_span(seen: &[(String, Span)], key: &str) -> Option<Span> {
+    seen.iter().find(|(k, _)| k == key).map(|(_, s)| *s)
 }
 
 /// The default fusion style of a BYOC compiler, as TVM's Collage chooses it.

@@ -3,6 +3,7 @@
 mod cli;
 mod docs;
 mod dsl;
+mod fuse;
 mod models;
 mod relay;
 mod robustness;

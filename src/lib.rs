@@ -10,6 +10,7 @@ pub mod dsl;
 pub mod enumerate;
 pub mod fuse;
 pub mod ir;
+pub mod library;
 pub mod ops;
 pub mod relay;
 pub mod ruletree;

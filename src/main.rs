@@ -36,6 +36,26 @@ enum Command {
         no_type_comments: bool,
     },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
+    /// List the candidate partitions each target's rules produce for a model.
+    Candidates {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Rules files or directories (default: the shipped library).
+        #[arg(long, num_args = 1..)]
+        rules: Vec<PathBuf>,
+        /// Only these targets.
+        #[arg(long = "target", value_name = "NAME")]
+        targets: Vec<String>,
+        /// Depth limit for native targets' candidates.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        tvm_max_depth: u32,
+        /// Depth limit for BYOC targets' candidates.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        byoc_max_depth: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     Fuse {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -75,6 +95,20 @@ fn run(cli: Cli) -> Outcome {
             json,
             no_type_comments,
         } => driver::parse_command(&model, json, !no_type_comments),
+        Command::Candidates {
+            model,
+            rules,
+            targets,
+            tvm_max_depth,
+            byoc_max_depth,
+            json,
+        } => {
+            let limits = collage::enumerate::Limits {
+                tvm_max_depth: tvm_max_depth.max(1),
+                byoc_max_depth: byoc_max_depth.max(1),
+            };
+            driver::candidates_command(&model, &rules, &targets, limits, json)
+        }
         Command::Fuse {
             model,
             max_depth,

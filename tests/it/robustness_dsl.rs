@@ -618,7 +618,6 @@ fn deep_case_child() {
     };
     let build = DEEP_CASES
         .iter()
-
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no deep case `{name}`"))
         .1;
@@ -710,4 +709,3 @@ fn deep_nesting_and_huge_inputs_return() {
         failures.join("\n")
     );
 }
-

@@ -1,0 +1,217 @@
+//! `collage candidates`: the candidate partitions of every target, as text or JSON.
+
+use super::{load_model, report, rules_files, Outcome};
+use crate::enumerate::{Candidate, DataflowGraph, Enumeration, Limits};
+use crate::ir::Module;
+use crate::ruletree::Program;
+use crate::sema::{self, Provider};
+use crate::source::SourceMap;
+use std::path::{Path, PathBuf};
+
+/// Loads rules: the given files and directories, or the embedded library when there are none.
+pub fn load_rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Program, Outcome> {
+    let checked = if paths.is_empty() {
+        sema::check(
+            sources,
+            &Provider::Embedded(crate::library::LIBRARY),
+            &crate::library::roots(),
+        )
+    } else {
+        let roots = rules_files(paths)?;
+        sema::check(sources, &Provider::Files, &roots)
+    };
+    report(&checked.diags, sources);
+    checked.program.ok_or(Outcome::InputErrors)
+}
+
+/// `collage candidates MODEL [--rules PATH...] [--target NAME...] [--json]`.
+pub fn candidates_command(
+    model: &Path,
+    rules: &[PathBuf],
+    targets: &[String],
+    limits: Limits,
+    json: bool,
+) -> Outcome {
+    let mut sources = SourceMap::new();
+    let program = match load_rules(&mut sources, rules) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    for t in targets {
+        if program.target(t).is_none() {
+            let known: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
+            eprintln!(
+                "error: no target named `{t}`; targets: {}",
+                known.join(", ")
+            );
+            return Outcome::Usage;
+        }
+    }
+    let m = match load_model(&mut sources, model) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    let Some(main) = m.main() else {
+        eprintln!("error: the module has no `@main` function");
+        return Outcome::InputErrors;
+    };
+    let g = DataflowGraph::new(&m, main);
+    let e = crate::enumerate::enumerate(&g, &program, &limits);
+    let keep =
+        |ti: usize| targets.is_empty() || targets.iter().any(|t| *t == program.targets[ti].name);
+    if json {
+        let v = candidates_json(&m, &g, &program, &e, &keep);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", candidates_text(&m, &g, &program, &e, &keep));
+    }
+    Outcome::Ok
+}
+
+/// How a node is named in listings: its `%name` in the source, else `#index`.
+fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
+    g.graph
+        .binding(m, crate::dataflow::NodeIdx(i as u32))
+        .unwrap_or_else(|| format!("#{i}"))
+}
+
+fn nodes_text(m: &Module, g: &DataflowGraph<'_>, inside: &crate::dataflow::IndexSet) -> String {
+    inside
+        .iter()
+        .map(
+            |i| match g.graph.op_name(m, crate::dataflow::NodeIdx(i as u32)) {
+                Some(op) => format!("{}:{op}", node_name(m, g, i)),
+                None => format!("{}:{}", node_name(m, g, i), g.label[i]),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The listing: one block per target, one line per candidate, composites indented below.
+pub fn candidates_text(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    e: &Enumeration,
+    keep: &dyn Fn(usize) -> bool,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for (ti, t) in program.targets.iter().enumerate() {
+        if !keep(ti) {
+            continue;
+        }
+        let cands: Vec<&Candidate> = e.candidates.iter().filter(|c| c.target == ti).collect();
+        let _ = writeln!(out, "target {} ({} candidates)", t.name, cands.len());
+        for c in cands {
+            let sg = &c.sub_graph;
+            let _ = writeln!(
+                out,
+                "  {} [{}] depth {}: {}  ({})",
+                sg.inside,
+                sg.kind.letter(),
+                sg.depth,
+                nodes_text(m, g, &sg.inside),
+                c.rule_name
+            );
+            for (n, attrs) in nested_leaves(sg) {
+                let label = attrs
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let _ = writeln!(out, "    {} {}", n.inside, label);
+            }
+        }
+    }
+    out
+}
+
+/// The composites (innermost nested sub-graphs with a `Composite` attribute) of a sub-graph.
+fn nested_leaves(
+    sg: &crate::enumerate::SubGraph,
+) -> Vec<(
+    &crate::enumerate::SubGraph,
+    &crate::enumerate::subgraph::FnAttrs,
+)> {
+    let mut out = Vec::new();
+    let mut stack = vec![sg];
+    while let Some(s) = stack.pop() {
+        for (n, attrs) in &s.nested {
+            if attrs.iter().any(|(k, _)| k == "Composite") {
+                out.push((n, attrs));
+            } else {
+                stack.push(n);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.order(b.0));
+    out
+}
+
+/// The JSON form: `{"function", "egraph": {...}, "targets": [{"name", "candidates": [...]}]}`.
+pub fn candidates_json(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    e: &Enumeration,
+    keep: &dyn Fn(usize) -> bool,
+) -> serde_json::Value {
+    let node = |i: usize| {
+        serde_json::json!({
+            "index": i,
+            "op": g.graph.op_name(m, crate::dataflow::NodeIdx(i as u32)),
+            "binding": g.graph.binding(m, crate::dataflow::NodeIdx(i as u32)),
+        })
+    };
+    let targets: Vec<serde_json::Value> = program
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(ti, _)| keep(*ti))
+        .map(|(ti, t)| {
+            let cands: Vec<serde_json::Value> = e
+                .candidates
+                .iter()
+                .filter(|c| c.target == ti)
+                .map(|c| {
+                    let sg = &c.sub_graph;
+                    let composites: Vec<serde_json::Value> = nested_leaves(sg)
+                        .into_iter()
+                        .map(|(n, attrs)| {
+                            let label = attrs
+                                .iter()
+                                .find(|(k, _)| k == "Composite")
+                                .and_then(|(_, v)| v.as_str().map(str::to_string));
+                            serde_json::json!({"label": label, "nodes": n.inside.iter().collect::<Vec<_>>()})
+                        })
+                        .collect();
+                    serde_json::json!({
+                        "nodes": sg.inside.iter().map(node).collect::<Vec<_>>(),
+                        "kind": sg.kind.name(),
+                        "label": sg.label,
+                        "depth": sg.depth,
+                        "rule": c.rule_name,
+                        "composites": composites,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": t.name,
+                "compiler": t.compiler,
+                "device": t.device.to_string(),
+                "candidates": cands,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "function": "main",
+        "egraph": {
+            "nodes": e.egraph_size.0,
+            "classes": e.egraph_size.1,
+            "stopped": format!("{:?}", e.equivalences),
+        },
+        "targets": targets,
+    })
+}

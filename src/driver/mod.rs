@@ -1,0 +1,206 @@
+//! The pipeline behind each command, in one place: load inputs, run the phases, render results
+//! and diagnostics, and decide the exit code.
+
+use crate::dataflow::{Graph, NodeIdx};
+use crate::diag::{self, Diagnostic, Diagnostics, E0901};
+use crate::ir::Module;
+use crate::relay;
+use crate::source::{SourceMap, Span};
+use std::path::Path;
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success.
+    Ok,
+    /// The input has errors (diagnostics were printed).
+    InputErrors,
+    /// Usage or I/O problem.
+    Usage,
+    /// A bug in collage itself.
+    Internal,
+}
+
+impl Outcome {
+    /// The process exit code: 0, 1 for input errors, 2 for usage or I/O errors, 101 for bugs.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::InputErrors => 1,
+            Outcome::Usage => 2,
+            Outcome::Internal => 101,
+        }
+    }
+}
+
+/// Reads a file into the source map, or prints an error.
+pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source::FileId, Outcome> {
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Ok(sources.add(path.display().to_string(), text)),
+            Err(e) => {
+                let valid = e.utf8_error().valid_up_to();
+                let mut text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                text.truncate(text.floor_char_boundary(valid + 3));
+                let file = sources.add(path.display().to_string(), text);
+                let span = Span::new(file, valid, valid + 1);
+                let d = Diagnostic::error(crate::diag::E0101, "the file is not valid UTF-8")
+                    .with_primary(span, "invalid byte sequence here");
+                diag::emit_stderr(&d.into(), sources);
+                Err(Outcome::InputErrors)
+            }
+        },
+        Err(e) => {
+            eprintln!("error[{}]: cannot read `{}`: {e}", E0901.id, path.display());
+            Err(Outcome::Usage)
+        }
+    }
+}
+
+/// Loads (parses and type-checks) a model file.
+pub fn load_model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
+    let file = read_source(sources, path)?;
+    relay::load(sources, file).map_err(|diags| {
+        report(&diags, sources);
+        Outcome::InputErrors
+    })
+}
+
+/// Prints diagnostics to standard error in source order.
+pub fn report(diags: &Diagnostics, sources: &SourceMap) {
+    let mut sorted = diags.clone();
+    sorted.sort_by_position();
+    diag::emit_stderr(&sorted, sources);
+}
+
+/// `collage parse MODEL [--json]`.
+pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
+    let mut sources = SourceMap::new();
+    let m = match load_model(&mut sources, path) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    if json {
+        match dataflow_json(&m) {
+            Some(v) => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            None => {
+                eprintln!("error: the module has no `@main` function");
+                return Outcome::InputErrors;
+            }
+        }
+    } else {
+        let opts = relay::print::PrintOptions { type_comments };
+        print!("{}", relay::print::print_module_with(&m, opts));
+    }
+    Outcome::Ok
+}
+
+/// The dataflow graph of `@main` as JSON: `{"function", "nodes": [{index, kind, op, type,
+/// binding, span, inputs}]}`.
+pub fn dataflow_json(m: &Module) -> Option<serde_json::Value> {
+    let main = m.main()?;
+    let g = Graph::build(m, main);
+    let nodes: Vec<serde_json::Value> = (0..g.len())
+        .map(|i| {
+            let idx = NodeIdx(i as u32);
+            let ty = match g.nodes[i].what {
+                crate::dataflow::NodeRef::Expr(e) => m.ty(e).map(|t| t.to_string()),
+                crate::dataflow::NodeRef::Func(f) => function_type(m, f).map(|t| t.to_string()),
+                crate::dataflow::NodeRef::Op(_) => None,
+            };
+            let span = g
+                .span(m, idx)
+                .map(|s| serde_json::json!({"start": s.start, "end": s.end}));
+            serde_json::json!({
+                "index": i,
+                "kind": g.kind_name(m, idx),
+                "op": g.op_name(m, idx),
+                "type": ty,
+                "binding": g.binding(m, idx),
+                "span": span,
+                "inputs": g.nodes[i].inputs.iter().map(|x| x.0).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let name = m
+        .defs
+        .iter()
+        .find(|(_, f)| *f == main)
+        .map(|(g, _)| m.globals[g.index()].name.clone());
+    Some(serde_json::json!({"function": name, "nodes": nodes}))
+}
+
+/// The type of a function from its parameters' and body's inferred types.
+pub fn function_type(m: &Module, f: crate::ir::FuncId) -> Option<crate::ir::Type> {
+    let func = m.func(f);
+    let params = func
+        .params
+        .iter()
+        .map(|p| m.ty(m.var(*p).expr).cloned())
+        .collect::<Option<Vec<_>>>()?;
+    let ret = m.ty(func.body)?.clone();
+    Some(crate::ir::Type::Func(crate::ir::FuncType {
+        params,
+        ret: Box::new(ret),
+    }))
+}
+
+/// Expands directories into their `.rules` files (sorted); files are kept as given.
+pub fn rules_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, Outcome> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let entries = std::fs::read_dir(p).map_err(|e| {
+                eprintln!(
+                    "error[{}]: cannot read directory `{}`: {e}",
+                    E0901.id,
+                    p.display()
+                );
+                Outcome::Usage
+            })?;
+            let mut files: Vec<std::path::PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "rules"))
+                .collect();
+            files.sort();
+            out.extend(files);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            eprintln!(
+                "error[{}]: cannot read `{}`: no such file or directory",
+                E0901.id,
+                p.display()
+            );
+            return Err(Outcome::Usage);
+        }
+    }
+    Ok(out)
+}
+
+/// `collage check FILE|DIR... [--print]`: checks rules files; with `--print`, prints the compiled
+/// rule trees.
+pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
+    let roots = match rules_files(paths) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let mut sources = SourceMap::new();
+    let checked = crate::sema::check(&mut sources, &crate::sema::Provider::Files, &roots);
+    report(&checked.diags, &sources);
+    match checked.program {
+        Some(p) => {
+            if print {
+                print!("{}", crate::ruletree::print::print_program(&p));
+            }
+            Outcome::Ok
+        }
+        None => Outcome::InputErrors,
+    }
+}
+
+mod candidates;
+mod fuse;
+
+pub use candidates::candidates_command;
+pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};

@@ -8,19 +8,63 @@ use std::cmp::Ordering;
 use std::fmt;
 
 /// A set of indices in `0..len`.
-#[derive(Clone, PartialEq, Eq, Hash)]
+///
+/// Besides the words, the set keeps the range `lo..hi` of words that may be non-zero, so that
+/// operations on small, local sets (the common case: candidates cover a few neighbouring nodes)
+/// touch one or two words instead of all of them.
+#[derive(Clone)]
 pub struct IndexSet {
     len: u32,
     words: Vec<u64>,
+    /// Words outside `lo..hi` are zero.
+    lo: u32,
+    hi: u32,
+}
+
+impl PartialEq for IndexSet {
+    fn eq(&self, other: &IndexSet) -> bool {
+        self.len == other.len && self.words == other.words
+    }
+}
+
+impl Eq for IndexSet {}
+
+impl std::hash::Hash for IndexSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.len.hash(state);
+        for i in self.lo..self.hi {
+            let w = self.words[i as usize];
+            if w != 0 {
+                i.hash(state);
+                w.hash(state);
+            }
+        }
+    }
 }
 
 impl IndexSet {
     /// The empty set over `0..len`.
     pub fn new(len: usize) -> IndexSet {
+        let n = len.div_ceil(64);
         IndexSet {
             len: len as u32,
-            words: vec![0; len.div_ceil(64)],
+            words: vec![0; n],
+            lo: n as u32,
+            hi: 0,
         }
+    }
+
+    /// Recomputes `lo..hi` from the words.
+    fn trim(&mut self) {
+        let n = self.words.len();
+        let lo = self.words.iter().position(|&w| w != 0).unwrap_or(n);
+        let hi = self
+            .words
+            .iter()
+            .rposition(|&w| w != 0)
+            .map_or(0, |i| i + 1);
+        self.lo = lo as u32;
+        self.hi = hi as u32;
     }
 
     /// The set of the given indices (all must be `< len`; out-of-range ones are ignored).
@@ -39,13 +83,20 @@ impl IndexSet {
 
     /// Whether the set has no members.
     pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|&w| w == 0)
+        self.words[self.range()].iter().all(|&w| w == 0)
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        (self.lo as usize).min(self.hi as usize)..self.hi as usize
     }
 
     /// Adds an index (ignored if out of range).
     pub fn insert(&mut self, i: usize) {
         if i < self.len as usize {
-            self.words[i / 64] |= 1 << (i % 64);
+            let w = i / 64;
+            self.words[w] |= 1 << (i % 64);
+            self.lo = self.lo.min(w as u32);
+            self.hi = self.hi.max(w as u32 + 1);
         }
     }
 
@@ -63,7 +114,10 @@ impl IndexSet {
 
     /// Number of members.
     pub fn count(&self) -> usize {
-        self.words.iter().map(|w| w.count_ones() as usize).sum()
+        self.words[self.range()]
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum()
     }
 
     /// `self ∪ other`.
@@ -83,23 +137,43 @@ impl IndexSet {
 
     /// Adds every member of `other`.
     pub fn union_with(&mut self, other: &IndexSet) {
-        for (a, b) in self.words.iter_mut().zip(&other.words) {
-            *a |= b;
+        let r = other.range();
+        for i in r.clone() {
+            if let Some(a) = self.words.get_mut(i) {
+                *a |= other.words[i];
+            }
+        }
+        if !r.is_empty() {
+            self.lo = self.lo.min(r.start as u32);
+            self.hi = self.hi.max((r.end as u32).min(self.words.len() as u32));
         }
     }
 
     fn zip(&self, other: &IndexSet, f: impl Fn(u64, u64) -> u64) -> IndexSet {
         let n = self.words.len().max(other.words.len());
         let get = |s: &IndexSet, i: usize| s.words.get(i).copied().unwrap_or(0);
-        IndexSet {
+        let mut out = IndexSet {
             len: self.len.max(other.len),
-            words: (0..n).map(|i| f(get(self, i), get(other, i))).collect(),
+            words: vec![0; n],
+            lo: 0,
+            hi: 0,
+        };
+        let lo = self.lo.min(other.lo) as usize;
+        let hi = (self.hi.max(other.hi) as usize).min(n);
+        for i in lo..hi {
+            out.words[i] = f(get(self, i), get(other, i));
         }
+        out.trim();
+        out
     }
 
     /// Whether the sets share a member.
     pub fn intersects(&self, other: &IndexSet) -> bool {
-        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+        let lo = self.lo.max(other.lo) as usize;
+        let hi = (self.hi.min(other.hi) as usize)
+            .min(self.words.len())
+            .min(other.words.len());
+        (lo..hi).any(|i| self.words[i] & other.words[i] != 0)
     }
 
     /// Whether the sets share no member.
@@ -109,34 +183,31 @@ impl IndexSet {
 
     /// Whether every member of `self` is in `other`.
     pub fn is_subset(&self, other: &IndexSet) -> bool {
-        self.words
-            .iter()
-            .enumerate()
-            .all(|(i, a)| a & !other.words.get(i).copied().unwrap_or(0) == 0)
+        self.range()
+            .all(|i| self.words[i] & !other.words.get(i).copied().unwrap_or(0) == 0)
     }
 
     /// The smallest member.
     pub fn first(&self) -> Option<usize> {
-        self.words
-            .iter()
-            .enumerate()
-            .find(|(_, w)| **w != 0)
-            .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
+        self.range()
+            .find(|&i| self.words[i] != 0)
+            .map(|i| i * 64 + self.words[i].trailing_zeros() as usize)
     }
 
     /// The largest member.
     pub fn last(&self) -> Option<usize> {
-        self.words
-            .iter()
-            .enumerate()
+        self.range()
             .rev()
-            .find(|(_, w)| **w != 0)
-            .map(|(i, w)| i * 64 + 63 - w.leading_zeros() as usize)
+            .find(|&i| self.words[i] != 0)
+            .map(|i| i * 64 + 63 - self.words[i].leading_zeros() as usize)
     }
 
     /// The members in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.words.iter().enumerate().flat_map(|(i, &w)| {
+        let r = self.range();
+        let start = r.start;
+        self.words[r].iter().enumerate().flat_map(move |(k, &w)| {
+            let i = start + k;
             let mut w = w;
             std::iter::from_fn(move || {
                 if w == 0 {
@@ -152,6 +223,11 @@ impl IndexSet {
     /// The raw words (for hashing and fingerprints).
     pub fn words(&self) -> &[u64] {
         &self.words
+    }
+
+    /// The range of word indices that may be non-zero.
+    pub fn word_range(&self) -> std::ops::Range<usize> {
+        self.range()
     }
 }
 

@@ -12,7 +12,7 @@ use crate::dataflow::IndexSet;
 use crate::ir::Expr;
 use crate::ops::OpPattern;
 use crate::ruletree::Combiner;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// Grows `base` with `combiners` to a fixed point; returns the originals followed by every union
 /// in the order found.
@@ -24,33 +24,44 @@ pub(super) fn combine(
 ) -> Vec<Candidate> {
     let g = cx.g;
     let mut all: Vec<Candidate> = Vec::new();
-    let mut seen: HashSet<SubGraph> = HashSet::new();
-    // Keys of unions already formed: the inside set and the inside sets of the nested parts.
-    // Checked before a union is built, since most unions are reached from several pairs.
-    let mut keys: HashSet<(IndexSet, Vec<IndexSet>)> = HashSet::new();
+    // Keys of every candidate so far: the inside set and the nested parts (inside sets and
+    // attributes). Checked before a union is built, since most unions are reached from several
+    // pairs; this is also the de-duplication.
+    let mut keys: HashSet<Key> = HashSet::default();
+    // For candidates without nested parts, a fingerprint of the inside set's words, so that a
+    // pair's union can be looked up without building anything.
+    let mut plain: rustc_hash::FxHashMap<u64, Vec<usize>> = Default::default();
     for c in base {
-        keys.insert(key_of(&c.sub_graph));
-        if seen.insert(c.sub_graph.clone()) {
+        if keys.insert(key_of(&c.sub_graph)) {
+            if c.sub_graph.nested.is_empty() {
+                plain
+                    .entry(fingerprint(&c.sub_graph.inside, None))
+                    .or_default()
+                    .push(all.len());
+            }
             all.push(c);
         }
     }
     // Which candidates have each node as an entry, an exit or an output (kept up to date).
-    let mut by_entry: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
+    // Entries and outputs are bucketed by the candidate's kind, so that a pair search only
+    // visits partners whose kind some combiner rule accepts.
+    let mut by_entry: Vec<Buckets> = (0..g.len()).map(|_| Default::default()).collect();
     let mut by_exit: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
-    let mut by_output: Vec<Vec<usize>> = vec![Vec::new(); g.len()];
+    let mut by_output: Vec<Buckets> = (0..g.len()).map(|_| Default::default()).collect();
     let index = |ci: usize,
                  c: &Candidate,
-                 by_entry: &mut Vec<Vec<usize>>,
-                 by_exit: &mut Vec<Vec<usize>>,
-                 by_output: &mut Vec<Vec<usize>>| {
+                 by_entry: &mut [Buckets],
+                 by_exit: &mut [Vec<usize>],
+                 by_output: &mut [Buckets]| {
+        let k = c.sub_graph.kind as usize;
         for e in c.sub_graph.entry.iter() {
-            by_entry[e].push(ci);
+            by_entry[e][k].push(ci);
         }
         for e in c.sub_graph.exit.iter() {
             by_exit[e].push(ci);
         }
         for o in c.sub_graph.output.iter() {
-            by_output[o].push(ci);
+            by_output[o][k].push(ci);
         }
     };
     for (ci, c) in all.iter().enumerate() {
@@ -59,55 +70,107 @@ pub(super) fn combine(
     let mut first_new = 0;
     loop {
         let mut added: Vec<Candidate> = Vec::new();
-        let mut push = |sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
-            if sg.depth <= max_depth && seen.insert(sg.clone()) {
-                added.push(cx.candidate(sg, name));
-            }
-        };
+        // Adds a union unless it is too deep or already known.
+        let push =
+            |keys: &mut HashSet<Key>, sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
+                if sg.depth <= max_depth && keys.insert(key_of(&sg)) {
+                    added.push(cx.candidate(sg, name));
+                }
+            };
         for comb in combiners {
             match comb {
                 Combiner::ByKind(rules) => {
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
-                    let mut pairs: Vec<(usize, usize)> = Vec::new();
-                    for (ui, up) in all.iter().enumerate().skip(first_new) {
-                        for o in up.sub_graph.output.iter() {
-                            pairs.extend(by_entry[o].iter().map(|&di| (ui, di)));
-                        }
-                    }
-                    for (di, down) in all.iter().enumerate().skip(first_new) {
-                        for e in down.sub_graph.entry.iter() {
-                            pairs.extend(
-                                by_output[e]
-                                    .iter()
-                                    .filter(|&&ui| ui < first_new)
-                                    .map(|&ui| (ui, di)),
-                            );
-                        }
-                    }
-                    pairs.sort_unstable();
-                    pairs.dedup();
-                    for (ui, di) in pairs {
+                    let mut try_pair = |ui: usize, di: usize, added: &mut Vec<Candidate>| {
                         if ui == di {
-                            continue;
+                            return;
                         }
                         let (up, down) = (&all[ui], &all[di]);
                         let fires = rules
                             .iter()
                             .any(|(a, b)| up.sub_graph.kind <= *a && down.sub_graph.kind <= *b);
-                        if !fires || !up.sub_graph.touches(g, &down.sub_graph) {
-                            continue;
+                        if !fires || !up.sub_graph.inside.is_disjoint(&down.sub_graph.inside) {
+                            return;
                         }
-                        if !keys.insert(union_key(&up.sub_graph, &down.sub_graph)) {
-                            continue;
+                        if up.sub_graph.nested.is_empty() && down.sub_graph.nested.is_empty() {
+                            let (a, b) = (&up.sub_graph.inside, &down.sub_graph.inside);
+                            let known = plain.get(&fingerprint(a, Some(b))).is_some_and(|cs| {
+                                cs.iter().any(|&ci| {
+                                    let c = &all[ci].sub_graph;
+                                    c.nested.is_empty() && is_union_of(&c.inside, a, b)
+                                })
+                            });
+                            if known {
+                                return;
+                            }
+                        }
+                        let key = union_key(&up.sub_graph, &down.sub_graph);
+                        if keys.contains(&key) || !up.sub_graph.touches(g, &down.sub_graph) {
+                            return;
                         }
                         if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
-                            push(u, union_labels(&up.rule_name, &down.rule_name), &mut added);
+                            if u.depth <= max_depth {
+                                keys.insert(key);
+                                added.push(
+                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
+                                );
+                            }
+                        }
+                    };
+                    // Pairs with at least one side from the last round: new upstreams with any
+                    // downstream, then old upstreams with new downstreams.
+                    // The largest downstream kind each upstream kind may join, and vice versa.
+                    let max_down = |k: OpPattern| {
+                        rules
+                            .iter()
+                            .filter(|(a, _)| k <= *a)
+                            .map(|(_, b)| *b as usize)
+                            .max()
+                    };
+                    let max_up = |k: OpPattern| {
+                        rules
+                            .iter()
+                            .filter(|(_, b)| k <= *b)
+                            .map(|(a, _)| *a as usize)
+                            .max()
+                    };
+                    let mut partners: Vec<usize> = Vec::new();
+                    for (ui, up) in all.iter().enumerate().skip(first_new) {
+                        let Some(limit) = max_down(up.sub_graph.kind) else {
+                            continue;
+                        };
+                        partners.clear();
+                        for o in up.sub_graph.output.iter() {
+                            for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
+                                partners.extend_from_slice(bucket);
+                            }
+                        }
+                        partners.sort_unstable();
+                        partners.dedup();
+                        for &di in &partners {
+                            try_pair(ui, di, &mut added);
+                        }
+                    }
+                    for (di, down) in all.iter().enumerate().skip(first_new) {
+                        let Some(limit) = max_up(down.sub_graph.kind) else {
+                            continue;
+                        };
+                        partners.clear();
+                        for e in down.sub_graph.entry.iter() {
+                            for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
+                                partners.extend(bucket.iter().filter(|&&ui| ui < first_new));
+                            }
+                        }
+                        partners.sort_unstable();
+                        partners.dedup();
+                        for &ui in &partners {
+                            try_pair(ui, di, &mut added);
                         }
                     }
                 }
                 Combiner::TupleArg => tuple_arg(cx, &all, &by_exit, first_new, &mut |sg, name| {
-                    push(sg, name, &mut added)
+                    push(&mut keys, sg, name, &mut added)
                 }),
                 Combiner::TupleProj => {
                     for c in &all[first_new..] {
@@ -126,7 +189,7 @@ pub(super) fn combine(
                                 Vec::new(),
                             );
                             if let Some(u) = c.sub_graph.disjoint_union(g, &proj) {
-                                push(u, c.rule_name.clone(), &mut added);
+                                push(&mut keys, u, c.rule_name.clone(), &mut added);
                             }
                         }
                     }
@@ -153,7 +216,7 @@ pub(super) fn combine(
                             Vec::new(),
                         );
                         if let Some(u) = c.sub_graph.disjoint_union(g, &k) {
-                            push(u, c.rule_name.clone(), &mut added);
+                            push(&mut keys, u, c.rule_name.clone(), &mut added);
                         }
                     }
                 }
@@ -165,6 +228,12 @@ pub(super) fn combine(
         first_new = all.len();
         for c in added {
             let ci = all.len();
+            if c.sub_graph.nested.is_empty() {
+                plain
+                    .entry(fingerprint(&c.sub_graph.inside, None))
+                    .or_default()
+                    .push(ci);
+            }
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
             all.push(c);
         }
@@ -172,21 +241,66 @@ pub(super) fn combine(
     all
 }
 
-/// The dedup key of a sub-graph: its inside set and its nested inside sets, sorted.
-fn key_of(sg: &SubGraph) -> (IndexSet, Vec<IndexSet>) {
-    let mut nested: Vec<IndexSet> = sg.nested.iter().map(|(n, _)| n.inside.clone()).collect();
+/// Number of distinct kind values (`OpPattern` discriminants 0..=8).
+const KINDS: usize = 9;
+
+/// Candidate indices bucketed by candidate kind.
+type Buckets = [Vec<usize>; KINDS];
+
+/// A hash of the union of two sets (`b` may be `None`), computed without allocating: the
+/// non-zero words of the union with their positions.
+fn fingerprint(a: &IndexSet, b: Option<&IndexSet>) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    let (ra, rb) = (a.word_range(), b.map_or(0..0, IndexSet::word_range));
+    let lo = if rb.is_empty() {
+        ra.start
+    } else {
+        ra.start.min(rb.start)
+    };
+    let hi = ra.end.max(rb.end);
+    for i in lo..hi {
+        let w = a.words().get(i).copied().unwrap_or(0)
+            | b.and_then(|b| b.words().get(i).copied()).unwrap_or(0);
+        if w != 0 {
+            h.write_usize(i);
+            h.write_u64(w);
+        }
+    }
+    h.finish()
+}
+
+/// Whether `c` is exactly the union of `a` and `b`.
+fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
+    let (ra, rb, rc) = (a.word_range(), b.word_range(), c.word_range());
+    let lo = ra.start.min(rb.start).min(rc.start);
+    let hi = ra.end.max(rb.end).max(rc.end);
+    let w = |s: &IndexSet, i: usize| s.words().get(i).copied().unwrap_or(0);
+    (lo..hi).all(|i| w(c, i) == w(a, i) | w(b, i))
+}
+
+/// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
+/// with the attributes' `Composite` name (nested parts are sorted).
+type Key = (IndexSet, Vec<(IndexSet, Option<String>)>);
+
+fn nested_key(n: &(SubGraph, super::subgraph::FnAttrs)) -> (IndexSet, Option<String>) {
+    let composite =
+        n.1.iter()
+            .find(|(k, _)| k == "Composite")
+            .and_then(|(_, v)| v.as_str().map(str::to_string));
+    (n.0.inside.clone(), composite)
+}
+
+/// The key of a sub-graph.
+fn key_of(sg: &SubGraph) -> Key {
+    let mut nested: Vec<_> = sg.nested.iter().map(nested_key).collect();
     nested.sort();
     (sg.inside.clone(), nested)
 }
 
-/// The dedup key of the union of two disjoint sub-graphs (nested parts side by side).
-fn union_key(a: &SubGraph, b: &SubGraph) -> (IndexSet, Vec<IndexSet>) {
-    let mut nested: Vec<IndexSet> = a
-        .nested
-        .iter()
-        .chain(&b.nested)
-        .map(|(n, _)| n.inside.clone())
-        .collect();
+/// The key of the union of two disjoint sub-graphs (nested parts side by side).
+fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
+    let mut nested: Vec<_> = a.nested.iter().chain(&b.nested).map(nested_key).collect();
     nested.sort();
     (a.inside.union(&b.inside), nested)
 }
@@ -238,7 +352,7 @@ fn tuple_arg(
                 vec![(ci >= first_new, start, vec![ci])];
             for (j, ps) in producers.iter().enumerate() {
                 let mut next: Vec<(bool, IndexSet, Vec<usize>)> = Vec::new();
-                let mut seen: HashSet<IndexSet> = HashSet::new();
+                let mut seen: HashSet<IndexSet> = HashSet::default();
                 for (has_new, acc, members) in &partials {
                     for &p in ps {
                         let is_new = *has_new || p >= first_new;

@@ -73,30 +73,11 @@ pub(crate) fn match_class(
 }
 
 fn capture_count(p: &Pattern) -> usize {
-    let mut max = 0;
-    let mut stack = vec![p];
-    while let Some(x) = stack.pop() {
-        match x {
-            Pattern::Capture(id, inner) => {
-                max = max.max(*id as usize + 1);
-                stack.push(inner);
-            }
-            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => {
-                stack.extend(args.iter())
-            }
-            Pattern::Optional { first, rest, .. } => {
-                stack.push(first);
-                stack.extend(rest.iter());
-            }
-            Pattern::Proj(i, _)
-            | Pattern::DType(i, _)
-            | Pattern::Rank(i, _)
-            | Pattern::Shape(i, _)
-            | Pattern::Where(i, _) => stack.push(i),
-            _ => {}
-        }
-    }
-    max
+    p.capture_ids()
+        .iter()
+        .map(|&id| id as usize + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The type of a class: that of its representative dataflow node.

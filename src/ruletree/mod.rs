@@ -58,6 +58,40 @@ pub enum Pattern {
     Where(Box<Pattern>, Pred),
 }
 
+impl Pattern {
+    /// The sub-patterns, in order.
+    pub fn children(&self) -> Vec<&Pattern> {
+        match self {
+            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => {
+                args.iter().collect()
+            }
+            Pattern::Optional { first, rest, .. } => {
+                std::iter::once(&**first).chain(rest.iter()).collect()
+            }
+            Pattern::Capture(_, i)
+            | Pattern::Proj(i, _)
+            | Pattern::DType(i, _)
+            | Pattern::Rank(i, _)
+            | Pattern::Shape(i, _)
+            | Pattern::Where(i, _) => vec![&**i],
+            Pattern::Wildcard | Pattern::Const | Pattern::AnyTuple => Vec::new(),
+        }
+    }
+
+    /// The capture ids bound anywhere in the pattern (with repetitions).
+    pub fn capture_ids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut stack = vec![self];
+        while let Some(x) = stack.pop() {
+            if let Pattern::Capture(id, _) = x {
+                out.push(*id);
+            }
+            stack.extend(x.children());
+        }
+        out
+    }
+}
+
 /// A typed predicate expression.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Pred {

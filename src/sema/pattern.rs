@@ -43,7 +43,7 @@ impl Captures {
     /// Marks as partial the captures bound in some of `branches` but not all, unless they were
     /// bound before (`before` = number of captures then).
     fn mark_partial(&mut self, branches: &[&Pattern], before: usize) {
-        let sets: Vec<Vec<u32>> = branches.iter().map(|b| capture_ids(b)).collect();
+        let sets: Vec<Vec<u32>> = branches.iter().map(|b| b.capture_ids()).collect();
         for id in before..self.list.len() {
             let id32 = id as u32;
             let in_all = sets.iter().all(|s| s.contains(&id32));
@@ -63,34 +63,6 @@ impl Captures {
 
 /// Pattern parameters in scope: name → the pattern substituted for it.
 pub(crate) type Params = HashMap<String, Pattern>;
-
-/// The capture ids a compiled pattern binds.
-fn capture_ids(p: &Pattern) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut stack = vec![p];
-    while let Some(x) = stack.pop() {
-        match x {
-            Pattern::Capture(id, inner) => {
-                out.push(*id);
-                stack.push(inner);
-            }
-            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => {
-                stack.extend(args.iter())
-            }
-            Pattern::Optional { first, rest, .. } => {
-                stack.push(first);
-                stack.extend(rest.iter());
-            }
-            Pattern::Proj(i, _)
-            | Pattern::DType(i, _)
-            | Pattern::Rank(i, _)
-            | Pattern::Shape(i, _)
-            | Pattern::Where(i, _) => stack.push(i),
-            Pattern::Wildcard | Pattern::Const | Pattern::AnyTuple => {}
-        }
-    }
-    out
-}
 
 /// The operators a compiled pattern is a call of, if it is one.
 pub(crate) fn ops_of(p: &Pattern) -> Option<Vec<OpId>> {
@@ -306,9 +278,9 @@ impl Checker<'_> {
                 return None;
             };
             // Captures bound only in the optional call's other arguments may be absent.
-            let first_ids = capture_ids(&args[0]);
+            let first_ids = args[0].capture_ids();
             for r in &args[1..] {
-                for id in capture_ids(r) {
+                for id in r.capture_ids() {
                     if !first_ids.contains(&id) && (id as usize) >= before_call {
                         caps.partial[id as usize] = true;
                     }

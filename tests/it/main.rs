@@ -3,6 +3,8 @@
 mod cli;
 mod docs;
 mod dsl;
+mod enumerate;
+mod enumerate_props;
 mod fuse;
 mod models;
 mod relay;

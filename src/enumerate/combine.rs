@@ -24,21 +24,11 @@ pub(super) fn combine(
 ) -> Vec<Candidate> {
     let g = cx.g;
     let mut all: Vec<Candidate> = Vec::new();
-    // Keys of every candidate so far: the inside set and the nested parts (inside sets and
-    // attributes). Checked before a union is built, since most unions are reached from several
-    // pairs; this is also the de-duplication.
-    let mut keys: HashSet<Key> = HashSet::default();
-    // For candidates without nested parts, a fingerprint of the inside set's words, so that a
-    // pair's union can be looked up without building anything.
-    let mut plain: rustc_hash::FxHashMap<u64, Vec<usize>> = Default::default();
+    // Every sub-graph seen so far, kept or rejected as too deep: checked before a union is
+    // built, since most unions are reached from several pairs; this is also the de-duplication.
+    let mut seen = Seen::default();
     for c in base {
-        if keys.insert(key_of(&c.sub_graph)) {
-            if c.sub_graph.nested.is_empty() {
-                plain
-                    .entry(fingerprint(&c.sub_graph.inside, None))
-                    .or_default()
-                    .push(all.len());
-            }
+        if seen.insert(&c.sub_graph) {
             all.push(c);
         }
     }
@@ -71,12 +61,11 @@ pub(super) fn combine(
     loop {
         let mut added: Vec<Candidate> = Vec::new();
         // Adds a union unless it is too deep or already known.
-        let push =
-            |keys: &mut HashSet<Key>, sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
-                if sg.depth <= max_depth && keys.insert(key_of(&sg)) {
-                    added.push(cx.candidate(sg, name));
-                }
-            };
+        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
+            if sg.depth <= max_depth && seen.insert(&sg) {
+                added.push(cx.candidate(sg, name));
+            }
+        };
         for comb in combiners {
             match comb {
                 Combiner::ByKind(rules) => {
@@ -93,25 +82,14 @@ pub(super) fn combine(
                         if !fires || !up.sub_graph.inside.is_disjoint(&down.sub_graph.inside) {
                             return;
                         }
-                        if up.sub_graph.nested.is_empty() && down.sub_graph.nested.is_empty() {
-                            let (a, b) = (&up.sub_graph.inside, &down.sub_graph.inside);
-                            let known = plain.get(&fingerprint(a, Some(b))).is_some_and(|cs| {
-                                cs.iter().any(|&ci| {
-                                    let c = &all[ci].sub_graph;
-                                    c.nested.is_empty() && is_union_of(&c.inside, a, b)
-                                })
-                            });
-                            if known {
-                                return;
-                            }
-                        }
-                        let key = union_key(&up.sub_graph, &down.sub_graph);
-                        if keys.contains(&key) || !up.sub_graph.touches(g, &down.sub_graph) {
+                        if seen.knows_union(&up.sub_graph, &down.sub_graph)
+                            || !up.sub_graph.touches(g, &down.sub_graph)
+                        {
                             return;
                         }
                         if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
-                            if u.depth <= max_depth {
-                                keys.insert(key);
+                            // A union too deep now is too deep from every other pair too.
+                            if seen.insert(&u) && u.depth <= max_depth {
                                 added.push(
                                     cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
                                 );
@@ -170,7 +148,7 @@ pub(super) fn combine(
                     }
                 }
                 Combiner::TupleArg => tuple_arg(cx, &all, &by_exit, first_new, &mut |sg, name| {
-                    push(&mut keys, sg, name, &mut added)
+                    push(&mut seen, sg, name, &mut added)
                 }),
                 Combiner::TupleProj => {
                     for c in &all[first_new..] {
@@ -189,7 +167,7 @@ pub(super) fn combine(
                                 Vec::new(),
                             );
                             if let Some(u) = c.sub_graph.disjoint_union(g, &proj) {
-                                push(&mut keys, u, c.rule_name.clone(), &mut added);
+                                push(&mut seen, u, c.rule_name.clone(), &mut added);
                             }
                         }
                     }
@@ -216,7 +194,7 @@ pub(super) fn combine(
                             Vec::new(),
                         );
                         if let Some(u) = c.sub_graph.disjoint_union(g, &k) {
-                            push(&mut keys, u, c.rule_name.clone(), &mut added);
+                            push(&mut seen, u, c.rule_name.clone(), &mut added);
                         }
                     }
                 }
@@ -228,12 +206,6 @@ pub(super) fn combine(
         first_new = all.len();
         for c in added {
             let ci = all.len();
-            if c.sub_graph.nested.is_empty() {
-                plain
-                    .entry(fingerprint(&c.sub_graph.inside, None))
-                    .or_default()
-                    .push(ci);
-            }
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
             all.push(c);
         }
@@ -282,6 +254,46 @@ fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
 /// with the attributes' `Composite` name (nested parts are sorted).
 type Key = (IndexSet, Vec<(IndexSet, Option<String>)>);
+
+/// The sub-graphs seen so far. Those without nested parts (nearly all) are found by a fingerprint
+/// of their inside set, so that a pair's union is looked up without building anything.
+#[derive(Default)]
+struct Seen {
+    /// Sub-graphs with nested parts.
+    keys: HashSet<Key>,
+    /// Fingerprint of a plain sub-graph's inside set to positions in `sets`.
+    plain: rustc_hash::FxHashMap<u64, Vec<u32>>,
+    sets: Vec<IndexSet>,
+}
+
+impl Seen {
+    /// Records a sub-graph; false if it was already seen.
+    fn insert(&mut self, sg: &SubGraph) -> bool {
+        if !sg.nested.is_empty() {
+            return self.keys.insert(key_of(sg));
+        }
+        let bucket = self.plain.entry(fingerprint(&sg.inside, None)).or_default();
+        if bucket.iter().any(|&k| self.sets[k as usize] == sg.inside) {
+            return false;
+        }
+        bucket.push(self.sets.len() as u32);
+        self.sets.push(sg.inside.clone());
+        true
+    }
+
+    /// Whether the union of two disjoint sub-graphs was already seen.
+    fn knows_union(&self, a: &SubGraph, b: &SubGraph) -> bool {
+        if a.nested.is_empty() && b.nested.is_empty() {
+            let (a, b) = (&a.inside, &b.inside);
+            self.plain.get(&fingerprint(a, Some(b))).is_some_and(|ks| {
+                ks.iter()
+                    .any(|&k| is_union_of(&self.sets[k as usize], a, b))
+            })
+        } else {
+            self.keys.contains(&union_key(a, b))
+        }
+    }
+}
 
 fn nested_key(n: &(SubGraph, super::subgraph::FnAttrs)) -> (IndexSet, Option<String>) {
     let composite =

@@ -10,6 +10,7 @@
 
 mod combine;
 mod egraph;
+pub mod extract;
 pub mod graph;
 mod matcher;
 mod pred;

@@ -10,9 +10,8 @@
 //!   producers are skipped), the test asserts our result and says exactly why it differs. Two
 //!   extra scenarios exercise Q2 and Q3 where TVM's results would differ (or abort).
 //! * Section B (`test_sub_graph.py`, `PartitionForTesting`): the parts that can be checked on a
-//!   [`SubGraph`] now, i.e. entry, exit, input and output sets, depth and validity. The rewritten
-//!   programs each B test expects need extraction and rewriting (collage-semantics §8), which
-//!   are not implemented yet: those parts will come with them.
+//!   [`SubGraph`], i.e. entry, exit, input and output sets, depth and validity. The rewritten
+//!   programs each B test expects are checked in `extract.rs`.
 //! * Section D (`candidate_partition_test.cc`, cost estimation) needs the cost estimators, which
 //!   are not implemented yet: it will come with them.
 //! * Identical calls on one operand stay distinct candidates (the e-graph never merges them).
@@ -44,7 +43,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// A model of `tests/fixtures/enumerate`.
-fn model(name: &str) -> Module {
+pub(crate) fn model(name: &str) -> Module {
     load_ok(&fixture(&format!("{name}.relay")))
 }
 
@@ -63,7 +62,7 @@ fn rules(name: &str) -> Program {
 }
 
 /// The shipped library (embedded, as the binary uses it without `--rules`).
-fn library() -> Program {
+pub(crate) fn library() -> Program {
     let mut sources = SourceMap::new();
     let checked = sema::check(
         &mut sources,
@@ -79,7 +78,7 @@ fn library() -> Program {
     }
 }
 
-fn graph(m: &Module) -> DataflowGraph<'_> {
+pub(crate) fn graph(m: &Module) -> DataflowGraph<'_> {
     DataflowGraph::new(m, m.main().expect("a main function"))
 }
 
@@ -96,7 +95,7 @@ fn candidates(g: &DataflowGraph<'_>, program: &Program) -> Vec<Candidate> {
     target_candidates(g, program, 0, &Limits::default())
 }
 
-fn set(g: &DataflowGraph<'_>, indices: &[usize]) -> IndexSet {
+pub(crate) fn set(g: &DataflowGraph<'_>, indices: &[usize]) -> IndexSet {
     IndexSet::from_indices(g.len(), indices.iter().copied())
 }
 
@@ -573,9 +572,9 @@ fn q6_equal_sub_graphs_of_different_targets_stay_distinct() {
 
 // ---------------------------------------------------------------------------------------------
 // Section B: sub-graphs (validity, entry/exit/input/output, depth). The rewrites the B tests
-// expect need extraction (collage-semantics §8), which is not implemented yet.
+// expect are checked in `extract.rs`.
 
-fn config(max_exits: u32, allow_taps: bool) -> SubGraphConfig {
+pub(crate) fn config(max_exits: u32, allow_taps: bool) -> SubGraphConfig {
     // `PartitionForTesting` validates with max_depth = 0, i.e. unlimited (collage-semantics §17).
     SubGraphConfig {
         max_depth: None,
@@ -738,7 +737,7 @@ fn b7_no_cycles() {
     assert!(sg.is_valid(&g, &config(2, false)));
 }
 
-fn composite(
+pub(crate) fn composite(
     g: &DataflowGraph<'_>,
     indices: &[usize],
     label: &str,

@@ -26,7 +26,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::collections::BTreeSet;
 
-fn config() -> Config {
+pub(crate) fn config() -> Config {
     let cases = std::env::var("COLLAGE_PROP_CASES")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -65,7 +65,7 @@ impl Shape {
 }
 
 /// One generation step: which operation, and choices for its operands.
-type Step = (u8, u16, u16, u8);
+pub(crate) type Step = (u8, u16, u16, u8);
 
 /// The model being written.
 struct Gen {
@@ -114,7 +114,7 @@ impl Gen {
 /// Writes a model: `params` parameters (the third, if any, of shape `H`), then one binding per
 /// step, then the result: a tuple of every unused value, or the last value only (unused values
 /// are then unreachable and not in the graph).
-fn model_text(params: u8, steps: &[Step], tuple_result: bool) -> String {
+pub(crate) fn model_text(params: u8, steps: &[Step], tuple_result: bool) -> String {
     let mut gen = Gen {
         body: Vec::new(),
         pool: Vec::new(),
@@ -207,7 +207,7 @@ fn model_text(params: u8, steps: &[Step], tuple_result: bool) -> String {
     )
 }
 
-fn load(text: &str) -> Module {
+pub(crate) fn load(text: &str) -> Module {
     let (sources, _, result) = load_text("random.relay", text);
     match result {
         Ok(m) => m,
@@ -222,7 +222,7 @@ fn load(text: &str) -> Module {
 // Brute-force definitions (collage-semantics §3.5, §4)
 
 /// Facts about the graph computed independently of `SubGraph`.
-struct Facts {
+pub(crate) struct Facts {
     n: usize,
     inputs: Vec<Vec<usize>>,
     outputs: Vec<Vec<usize>>,
@@ -235,7 +235,7 @@ struct Facts {
 }
 
 impl Facts {
-    fn new(m: &Module, g: &DataflowGraph<'_>) -> Facts {
+    pub(crate) fn new(m: &Module, g: &DataflowGraph<'_>) -> Facts {
         let n = g.len();
         let inputs: Vec<Vec<usize>> = (0..n)
             .map(|i| g.inputs(i).iter().map(|x| x.index()).collect())
@@ -388,7 +388,7 @@ fn to_set(s: &IndexSet) -> BTreeSet<usize> {
     s.iter().collect()
 }
 
-fn index_set(g: &DataflowGraph<'_>, s: &BTreeSet<usize>) -> IndexSet {
+pub(crate) fn index_set(g: &DataflowGraph<'_>, s: &BTreeSet<usize>) -> IndexSet {
     IndexSet::from_indices(g.len(), s.iter().copied())
 }
 
@@ -427,7 +427,12 @@ fn is_value(g: &DataflowGraph<'_>, m: &Module, i: usize) -> bool {
 /// A subset from random bytes: mostly value nodes, rarely others (so that invalid mixtures with
 /// the function node or parameters occur too), or a set grown along edges from one node (more
 /// likely to be connected and convex).
-fn subset(g: &DataflowGraph<'_>, m: &Module, f: &Facts, bytes: &[u8]) -> BTreeSet<usize> {
+pub(crate) fn subset(
+    g: &DataflowGraph<'_>,
+    m: &Module,
+    f: &Facts,
+    bytes: &[u8],
+) -> BTreeSet<usize> {
     let values: Vec<usize> = (0..f.n).filter(|&i| is_value(g, m, i)).collect();
     let mut s = BTreeSet::new();
     if bytes[0].is_multiple_of(2) || values.is_empty() {
@@ -472,7 +477,7 @@ fn configs() -> Vec<SubGraphConfig> {
     out
 }
 
-fn steps() -> impl Strategy<Value = Vec<Step>> {
+pub(crate) fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec((0u8..9, any::<u16>(), any::<u16>(), any::<u8>()), 1..=12)
 }
 

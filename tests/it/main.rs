@@ -5,6 +5,7 @@ mod docs;
 mod dsl;
 mod enumerate;
 mod enumerate_props;
+mod extract;
 mod fuse;
 mod models;
 mod relay;

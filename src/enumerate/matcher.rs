@@ -73,11 +73,15 @@ pub(crate) fn match_class(
 }
 
 fn capture_count(p: &Pattern) -> usize {
-    p.capture_ids()
-        .iter()
-        .map(|&id| id as usize + 1)
-        .max()
-        .unwrap_or(0)
+    let mut max = 0;
+    let mut stack = vec![p];
+    while let Some(x) = stack.pop() {
+        if let Pattern::Capture(id, _) = x {
+            max = max.max(*id as usize + 1);
+        }
+        stack.extend(x.children());
+    }
+    max
 }
 
 /// The type of a class: that of its representative dataflow node.

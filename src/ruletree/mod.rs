@@ -59,23 +59,20 @@ pub enum Pattern {
 }
 
 impl Pattern {
-    /// The sub-patterns, in order.
-    pub fn children(&self) -> Vec<&Pattern> {
-        match self {
-            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => {
-                args.iter().collect()
-            }
-            Pattern::Optional { first, rest, .. } => {
-                std::iter::once(&**first).chain(rest.iter()).collect()
-            }
+    /// The sub-patterns, in order (without allocating: the matcher walks patterns often).
+    pub fn children(&self) -> impl Iterator<Item = &Pattern> {
+        let (one, many): (Option<&Pattern>, &[Pattern]) = match self {
+            Pattern::Call { args, .. } | Pattern::Alt(args) | Pattern::Tuple(args) => (None, args),
+            Pattern::Optional { first, rest, .. } => (Some(first), rest),
             Pattern::Capture(_, i)
             | Pattern::Proj(i, _)
             | Pattern::DType(i, _)
             | Pattern::Rank(i, _)
             | Pattern::Shape(i, _)
-            | Pattern::Where(i, _) => vec![&**i],
-            Pattern::Wildcard | Pattern::Const | Pattern::AnyTuple => Vec::new(),
-        }
+            | Pattern::Where(i, _) => (Some(i), &[]),
+            Pattern::Wildcard | Pattern::Const | Pattern::AnyTuple => (None, &[]),
+        };
+        one.into_iter().chain(many)
     }
 
     /// The capture ids bound anywhere in the pattern (with repetitions).

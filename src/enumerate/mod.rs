@@ -84,34 +84,69 @@ pub struct Enumeration {
 /// Candidates of every target of `program` for one function.
 pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> Enumeration {
     let mg = egraph::MatchGraph::build(g, program);
-    let mut candidates = Vec::new();
     // Targets with the same rule tree, compiler and depth limit (a native target on two
     // devices, say) have the same candidates: evaluate each such tree once.
-    let mut done: Vec<(usize, Vec<Candidate>)> = Vec::new();
-    for t in 0..program.targets.len() {
-        let same = done.iter().find(|(u, _)| {
-            let (a, b) = (&program.targets[*u], &program.targets[t]);
-            a.rule == b.rule
-                && a.compiler == b.compiler
-                && default_depth(a, limits) == default_depth(b, limits)
+    let n = program.targets.len();
+    let same_as: Vec<usize> = (0..n)
+        .map(|t| {
+            (0..t)
+                .find(|&u| {
+                    let (a, b) = (&program.targets[u], &program.targets[t]);
+                    a.rule == b.rule
+                        && a.compiler == b.compiler
+                        && default_depth(a, limits) == default_depth(b, limits)
+                })
+                .unwrap_or(t)
+        })
+        .collect();
+    // The distinct trees are independent: evaluate them on all cores, each
+    // result stored under its target's index so the output order does not depend on timing.
+    let distinct: Vec<usize> = (0..n).filter(|&t| same_as[t] == t).collect();
+    let results: Vec<std::sync::Mutex<Option<Vec<Candidate>>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .min(distinct.len());
+    let work = || loop {
+        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(&t) = distinct.get(k) else { break };
+        let cands = target_candidates_in(g, &mg, program, t, limits);
+        if let Ok(mut slot) = results[t].lock() {
+            *slot = Some(cands);
+        }
+    };
+    if workers > 1 {
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(work);
+            }
         });
-        let cands = match same {
-            Some((_, cands)) => cands
+    } else {
+        work();
+    }
+    let mut per_target: Vec<Vec<Candidate>> = results
+        .into_iter()
+        .map(|m| m.into_inner().ok().flatten().unwrap_or_default())
+        .collect();
+    let mut candidates = Vec::new();
+    for t in 0..n {
+        let u = same_as[t];
+        if u != t {
+            per_target[t] = per_target[u]
                 .iter()
                 .map(|c| Candidate {
                     target: t,
                     sub_graph: c.sub_graph.clone(),
                     rule_name: retarget(
                         &c.rule_name,
-                        &program.targets[c.target].name,
+                        &program.targets[u].name,
                         &program.targets[t].name,
                     ),
                 })
-                .collect(),
-            None => target_candidates_in(g, &mg, program, t, limits),
-        };
-        candidates.extend(cands.iter().cloned());
-        done.push((t, cands));
+                .collect();
+        }
+        candidates.extend(per_target[t].iter().cloned());
     }
     Enumeration {
         candidates,

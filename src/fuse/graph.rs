@@ -64,6 +64,10 @@ pub struct ForwardGraph {
     index_of: Vec<u32>,
 }
 
+/// A test graph's node row: kind, extern flag, output edges `(consumer, kind)`.
+#[cfg(test)]
+pub(crate) type Row<'a> = (OpPattern, bool, &'a [(u32, OpPattern)]);
+
 impl ForwardGraph {
     /// Builds the forward graph of function `func` of `m` (which must have been type-checked).
     pub fn build(m: &Module, func: FuncId) -> ForwardGraph {
@@ -80,6 +84,26 @@ impl ForwardGraph {
             index_of[n.expr.index()] = i as u32;
         }
         ForwardGraph { nodes, index_of }
+    }
+
+    /// A graph from rows `(kind, extern flag, output edges (consumer, kind))`, node `i` standing
+    /// for expression `i` (test graphs).
+    #[cfg(test)]
+    pub(crate) fn from_rows(rows: &[Row<'_>]) -> ForwardGraph {
+        ForwardGraph::from_nodes(
+            rows.iter()
+                .enumerate()
+                .map(|(i, (k, ext, outs))| Node {
+                    expr: ExprId(i as u32),
+                    pattern: *k,
+                    extern_ref: *ext,
+                    outputs: outs
+                        .iter()
+                        .map(|&(node, pattern)| Edge { node, pattern })
+                        .collect(),
+                })
+                .collect(),
+        )
     }
 
     /// Number of nodes.

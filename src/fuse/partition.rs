@@ -343,28 +343,12 @@ pub fn partition(g: &ForwardGraph, tree: &PostDomTree, max_depth: usize) -> Grou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuse::graph::{Edge, Node};
+    use crate::fuse::graph::{Edge, Node, Row};
     use crate::ir::ExprId;
     use OpPattern::*;
 
-    /// A node row: kind, extern flag, output edges `(consumer, kind)`.
-    type Row<'a> = (OpPattern, bool, &'a [(u32, OpPattern)]);
-
     fn graph(rows: &[Row<'_>]) -> ForwardGraph {
-        ForwardGraph::from_nodes(
-            rows.iter()
-                .enumerate()
-                .map(|(i, (k, ext, outs))| Node {
-                    expr: ExprId(i as u32),
-                    pattern: *k,
-                    extern_ref: *ext,
-                    outputs: outs
-                        .iter()
-                        .map(|&(node, pattern)| Edge { node, pattern })
-                        .collect(),
-                })
-                .collect(),
-        )
+        ForwardGraph::from_rows(rows)
     }
 
     fn chain(kinds: &[OpPattern]) -> ForwardGraph {

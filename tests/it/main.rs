@@ -8,6 +8,7 @@ mod enumerate_props;
 mod extract;
 mod fuse;
 mod models;
+mod mutate;
 mod relay;
 mod robustness;
 mod robustness_dsl;

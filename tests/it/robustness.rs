@@ -19,6 +19,7 @@
 //! COLLAGE_FUZZ_CASES=100000 cargo test --release --test it robustness::mutated_corpus
 //! ```
 
+use crate::mutate::{apply_byte_edit, byte_edit, mutate, ByteEdit, Weights};
 use crate::support::{load_text, root, round_trip};
 use collage::diag::Diagnostics;
 use collage::ir::Module;
@@ -226,32 +227,10 @@ const INTERESTING: &[&[u8]] = &[
     b"\"\\\"",
 ];
 
-/// One edit of a byte string. Positions are [`Index`]es, scaled to the current length.
+/// One edit of a text: a byte-level edit, or a token-level one.
 #[derive(Clone, Debug)]
 enum Mutation {
-    /// Flips one bit of one byte.
-    FlipBit(Index, u8),
-    /// Inserts arbitrary bytes.
-    InsertBytes(Index, Vec<u8>),
-    /// Inserts one of the [`INTERESTING`] strings.
-    InsertInteresting(Index, Index),
-    /// Overwrites bytes with one of the [`INTERESTING`] strings.
-    ReplaceInteresting(Index, Index),
-    /// Overwrites one byte with an arbitrary byte.
-    ReplaceByte(Index, u8),
-    /// Deletes a run of bytes.
-    Delete(Index, u16),
-    /// Duplicates a run of bytes in place.
-    Duplicate(Index, u16),
-    /// Inserts a slice of another corpus file.
-    Splice {
-        at: Index,
-        file: Index,
-        from: Index,
-        len: u16,
-    },
-    /// Cuts the text.
-    Truncate(Index),
+    Bytes(ByteEdit),
     /// Replaces one token with a token of the same kind seen in the corpus (another number,
     /// operator name, `%N`...), which keeps the text parsing further than a byte edit does.
     SwapToken(Index, Index),
@@ -291,79 +270,27 @@ fn token_ranges(bytes: &[u8]) -> Vec<(Tok, usize, usize)> {
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
+    let bytes = Weights {
+        flip_bit: 3,
+        replace_byte: 2,
+        insert_bytes: 2,
+        insert_interesting: 4,
+        replace_interesting: 3,
+        delete: 3,
+        duplicate: 1,
+        splice: 2,
+        truncate: 1,
+    };
     prop_oneof![
-        3 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
-        2 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(i, b)| Mutation::InsertBytes(i, b)),
-        4 => (any::<Index>(), any::<Index>()).prop_map(|(i, s)| Mutation::InsertInteresting(i, s)),
-        3 => (any::<Index>(), any::<Index>()).prop_map(|(i, s)| Mutation::ReplaceInteresting(i, s)),
-        2 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Mutation::ReplaceByte(i, b)),
-        3 => (any::<Index>(), 1u16..64).prop_map(|(i, n)| Mutation::Delete(i, n)),
-        1 => (any::<Index>(), 1u16..256).prop_map(|(i, n)| Mutation::Duplicate(i, n)),
-        2 => (any::<Index>(), any::<Index>(), any::<Index>(), 1u16..512)
-            .prop_map(|(at, file, from, len)| Mutation::Splice { at, file, from, len }),
-        1 => any::<Index>().prop_map(Mutation::Truncate),
+        bytes.total() => byte_edit(&bytes).prop_map(Mutation::Bytes),
         8 => (any::<Index>(), any::<Index>()).prop_map(|(i, r)| Mutation::SwapToken(i, r)),
         2 => (any::<Index>(), 1u8..4).prop_map(|(i, n)| Mutation::DeleteTokens(i, n)),
     ]
 }
 
-/// A position in `0..=len`.
-fn pos(i: &Index, len: usize) -> usize {
-    i.index(len + 1)
-}
-
 fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
-    let len = bytes.len();
     match m {
-        Mutation::FlipBit(i, b) => {
-            if len > 0 {
-                bytes[i.index(len)] ^= 1 << b;
-            }
-        }
-        Mutation::InsertBytes(i, b) => {
-            let p = pos(i, len);
-            bytes.splice(p..p, b.iter().copied());
-        }
-        Mutation::InsertInteresting(i, s) => {
-            let p = pos(i, len);
-            bytes.splice(p..p, s.get(INTERESTING).iter().copied());
-        }
-        Mutation::ReplaceInteresting(i, s) => {
-            let s = s.get(INTERESTING);
-            let p = pos(i, len);
-            let end = (p + s.len()).min(len);
-            bytes.splice(p..end, s.iter().copied());
-        }
-        Mutation::ReplaceByte(i, b) => {
-            if len > 0 {
-                bytes[i.index(len)] = *b;
-            }
-        }
-        Mutation::Delete(i, n) => {
-            let p = pos(i, len);
-            let end = (p + *n as usize).min(len);
-            bytes.drain(p..end);
-        }
-        Mutation::Duplicate(i, n) => {
-            let p = pos(i, len);
-            let end = (p + *n as usize).min(len);
-            let run = bytes[p..end].to_vec();
-            bytes.splice(p..p, run);
-        }
-        Mutation::Splice {
-            at,
-            file,
-            from,
-            len: n,
-        } => {
-            let other = file.get(corpus()).1.as_bytes();
-            let s = pos(from, other.len());
-            let e = (s + *n as usize).min(other.len());
-            let p = pos(at, len);
-            bytes.splice(p..p, other[s..e].iter().copied());
-        }
-        Mutation::Truncate(i) => bytes.truncate(pos(i, len)),
+        Mutation::Bytes(e) => apply_byte_edit(bytes, e, INTERESTING, corpus()),
         Mutation::SwapToken(i, r) => {
             let toks = token_ranges(bytes);
             if toks.is_empty() {
@@ -386,16 +313,6 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
     }
 }
 
-/// Applies the mutations to one corpus file; invalid UTF-8 becomes U+FFFD.
-fn mutate(file: &Index, muts: &[Mutation]) -> (String, String) {
-    let (name, text) = file.get(corpus());
-    let mut bytes = text.as_bytes().to_vec();
-    for m in muts {
-        apply(&mut bytes, m);
-    }
-    (name.clone(), String::from_utf8_lossy(&bytes).into_owned())
-}
-
 /// An excerpt of a (possibly large) failing input, for failure messages.
 fn excerpt(text: &str) -> String {
     if text.len() <= 4000 {
@@ -415,7 +332,7 @@ proptest! {
         file in any::<Index>(),
         muts in prop::collection::vec(mutation(), 1..5),
     ) {
-        let (name, text) = mutate(&file, &muts);
+        let (name, text) = mutate(corpus(), &file, &muts, apply);
         if let Err(e) = exercise_front_end(&name, &text) {
             return Err(TestCaseError::fail(format!(
                 "{name} with {muts:?}: {e}\n--- input ---\n{}",

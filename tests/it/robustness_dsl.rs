@@ -20,6 +20,7 @@
 //! ```
 
 use crate::dsl::{all_rules_files, prime_custom_operators, span_problems};
+use crate::mutate::{apply_byte_edit, byte_edit, mutate, ByteEdit, Weights};
 use crate::support::rel;
 use collage::ruletree::print::print_program;
 use collage::sema::{self, Checked, Provider};
@@ -261,117 +262,22 @@ const INTERESTING: &[&str] = &[
     "[[[[[[[[",
 ];
 
-/// One edit of a byte string. Positions are [`Index`]es, scaled to the current length.
-#[derive(Clone, Debug)]
-enum Mutation {
-    /// Flips one bit of one byte.
-    FlipBit(Index, u8),
-    /// Overwrites one byte.
-    ReplaceByte(Index, u8),
-    /// Inserts arbitrary bytes.
-    InsertBytes(Index, Vec<u8>),
-    /// Inserts one of the [`INTERESTING`] strings.
-    InsertInteresting(Index, Index),
-    /// Overwrites bytes with one of the [`INTERESTING`] strings.
-    ReplaceInteresting(Index, Index),
-    /// Deletes a run of bytes.
-    Delete(Index, u16),
-    /// Duplicates a run of bytes in place.
-    Duplicate(Index, u16),
-    /// Inserts a slice of another corpus file.
-    Splice {
-        at: Index,
-        file: Index,
-        from: Index,
-        len: u16,
-    },
-    /// Cuts the text.
-    Truncate(Index),
+fn mutation() -> impl Strategy<Value = ByteEdit> {
+    byte_edit(&Weights {
+        flip_bit: 3,
+        replace_byte: 2,
+        insert_bytes: 2,
+        insert_interesting: 6,
+        replace_interesting: 3,
+        delete: 3,
+        duplicate: 1,
+        splice: 2,
+        truncate: 1,
+    })
 }
 
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        3 => (any::<Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
-        2 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Mutation::ReplaceByte(i, b)),
-        2 => (any::<Index>(), prop::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(i, b)| Mutation::InsertBytes(i, b)),
-        6 => (any::<Index>(), any::<Index>()).prop_map(|(i, s)| Mutation::InsertInteresting(i, s)),
-        3 => (any::<Index>(), any::<Index>()).prop_map(|(i, s)| Mutation::ReplaceInteresting(i, s)),
-        3 => (any::<Index>(), 1u16..64).prop_map(|(i, n)| Mutation::Delete(i, n)),
-        1 => (any::<Index>(), 1u16..256).prop_map(|(i, n)| Mutation::Duplicate(i, n)),
-        2 => (any::<Index>(), any::<Index>(), any::<Index>(), 1u16..512)
-            .prop_map(|(at, file, from, len)| Mutation::Splice { at, file, from, len }),
-        1 => any::<Index>().prop_map(Mutation::Truncate),
-    ]
-}
-
-/// A position in `0..=len`.
-fn pos(i: &Index, len: usize) -> usize {
-    i.index(len + 1)
-}
-
-fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
-    let len = bytes.len();
-    match m {
-        Mutation::FlipBit(i, b) => {
-            if len > 0 {
-                bytes[i.index(len)] ^= 1 << b;
-            }
-        }
-        Mutation::ReplaceByte(i, b) => {
-            if len > 0 {
-                bytes[i.index(len)] = *b;
-            }
-        }
-        Mutation::InsertBytes(i, b) => {
-            let p = pos(i, len);
-            bytes.splice(p..p, b.iter().copied());
-        }
-        Mutation::InsertInteresting(i, s) => {
-            let p = pos(i, len);
-            bytes.splice(p..p, s.get(INTERESTING).bytes());
-        }
-        Mutation::ReplaceInteresting(i, s) => {
-            let s = s.get(INTERESTING);
-            let p = pos(i, len);
-            let end = (p + s.len()).min(len);
-            bytes.splice(p..end, s.bytes());
-        }
-        Mutation::Delete(i, n) => {
-            let p = pos(i, len);
-            let end = (p + *n as usize).min(len);
-            bytes.drain(p..end);
-        }
-        Mutation::Duplicate(i, n) => {
-            let p = pos(i, len);
-            let end = (p + *n as usize).min(len);
-            let run = bytes[p..end].to_vec();
-            bytes.splice(p..p, run);
-        }
-        Mutation::Splice {
-            at,
-            file,
-            from,
-            len: n,
-        } => {
-            let other = file.get(corpus()).1.as_bytes();
-            let s = pos(from, other.len());
-            let e = (s + *n as usize).min(other.len());
-            let p = pos(at, len);
-            bytes.splice(p..p, other[s..e].iter().copied());
-        }
-        Mutation::Truncate(i) => bytes.truncate(pos(i, len)),
-    }
-}
-
-/// Applies the mutations to one corpus file; invalid UTF-8 becomes U+FFFD.
-fn mutate(file: &Index, muts: &[Mutation]) -> (String, String) {
-    let (name, text) = file.get(corpus());
-    let mut bytes = text.as_bytes().to_vec();
-    for m in muts {
-        apply(&mut bytes, m);
-    }
-    (name.clone(), String::from_utf8_lossy(&bytes).into_owned())
+fn apply(bytes: &mut Vec<u8>, e: &ByteEdit) {
+    apply_byte_edit(bytes, e, INTERESTING, corpus());
 }
 
 proptest! {
@@ -385,7 +291,7 @@ proptest! {
         muts in prop::collection::vec(mutation(), 1..6),
     ) {
         prime_custom_operators();
-        let (name, text) = mutate(&file, &muts);
+        let (name, text) = mutate(corpus(), &file, &muts, apply);
         if let Err(e) = check_alone(&name, &text) {
             prop_assert!(false, "{name} alone: {e}\n--- input ---\n{}", excerpt(&text));
         }

@@ -129,7 +129,6 @@ pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> E
         .into_iter()
         .map(|m| m.into_inner().ok().flatten().unwrap_or_default())
         .collect();
-    let mut candidates = Vec::new();
     for t in 0..n {
         let u = same_as[t];
         if u != t {
@@ -146,8 +145,8 @@ pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> E
                 })
                 .collect();
         }
-        candidates.extend(per_target[t].iter().cloned());
     }
+    let candidates = per_target.into_iter().flatten().collect();
     Enumeration {
         candidates,
         equivalences: mg.why_stopped,

@@ -357,18 +357,7 @@ fn batch_flatten(c: &RelCall<'_>) -> Result<Type, RelError> {
 /// Scales the spatial axes named in `scales` (axis letter, attribute name) by rounding
 /// `extent * scale`, as TVM does.
 fn upsample(c: &RelCall<'_>, scales: &[(char, &str)]) -> Result<Type, RelError> {
-    let data = tensor(c, 0)?;
-    let layout = rel::layout_attr(c, "layout")?;
-    if layout.rank() != data.rank() {
-        return Err(RelError::at(
-            0,
-            format!(
-                "`{}` with layout `{layout}` needs a {}-d input, found `{data}`",
-                c.op.name,
-                layout.rank()
-            ),
-        ));
-    }
+    let (data, layout) = rel::data_with_layout(c)?;
     let mut shape = data.shape.clone();
     for &(axis, name) in scales {
         let pos = layout.unsplit_position(axis).map_err(|m| {

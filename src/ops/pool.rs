@@ -5,7 +5,7 @@
 //! themselves are not split.
 
 use super::layout::Layout;
-use super::rel::{self, def, tensor, tensor_type};
+use super::rel::{self, def, tensor_type};
 use super::{OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, Dim, TensorType, Type};
@@ -139,18 +139,7 @@ fn spatial_positions<'a>(
     c: &RelCall<'a>,
     names: &[char],
 ) -> Result<(&'a TensorType, Layout, Vec<usize>), RelError> {
-    let data = tensor(c, 0)?;
-    let layout = rel::layout_attr(c, "layout")?;
-    if layout.rank() != data.rank() {
-        return Err(RelError::at(
-            0,
-            format!(
-                "`{}` with layout `{layout}` needs a {}-d input, found `{data}`",
-                c.op.name,
-                layout.rank()
-            ),
-        ));
-    }
+    let (data, layout) = rel::data_with_layout(c)?;
     let positions = names
         .iter()
         .map(|&n| {

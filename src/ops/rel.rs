@@ -245,6 +245,23 @@ pub fn layout_attr(c: &RelCall<'_>, name: &str) -> Result<Layout, RelError> {
     })
 }
 
+/// Argument 0 and its `layout` attribute, which must have the argument's rank.
+pub fn data_with_layout<'a>(c: &RelCall<'a>) -> Result<(&'a TensorType, Layout), RelError> {
+    let data = tensor(c, 0)?;
+    let layout = layout_attr(c, "layout")?;
+    if layout.rank() != data.rank() {
+        return Err(RelError::at(
+            0,
+            format!(
+                "`{}` with layout `{layout}` needs a {}-d input, found `{data}`",
+                c.op.name,
+                layout.rank()
+            ),
+        ));
+    }
+    Ok((data, layout))
+}
+
 /// A per-spatial-axis attribute (`strides`, `dilation`, `pool_size`, `kernel_size`): `n` positive
 /// integers, or a single one applied to every axis.
 pub fn spatial_ints(c: &RelCall<'_>, name: &str, n: usize) -> Result<Vec<i64>, RelError> {

@@ -423,18 +423,7 @@ fn layout_transform(c: &RelCall<'_>) -> Result<Type, RelError> {
 
 /// Image resizes: the spatial axes `names` become the `size` attribute.
 fn resize(c: &RelCall<'_>, names: &[char]) -> Result<Type, RelError> {
-    let data = tensor(c, 0)?;
-    let layout = rel::layout_attr(c, "layout")?;
-    if layout.rank() != data.rank() {
-        return Err(RelError::at(
-            0,
-            format!(
-                "`{}` with layout `{layout}` needs a {}-d input, found `{data}`",
-                c.op.name,
-                layout.rank()
-            ),
-        ));
-    }
+    let (data, layout) = rel::data_with_layout(c)?;
     let size = rel::opt_ints_attr(c, "size")?
         .ok_or_else(|| RelError::new(format!("`{}` needs the attribute `size`", c.op.name)))?;
     if size.len() != names.len() || size.iter().any(|&s| s < 1) {

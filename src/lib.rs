@@ -3,6 +3,7 @@
 //! See `docs/overview.md` for the pipeline and module map.
 #![deny(missing_docs)]
 
+pub mod cost;
 pub mod dataflow;
 pub mod diag;
 pub mod driver;
@@ -12,9 +13,12 @@ pub mod fuse;
 pub mod ir;
 pub mod library;
 pub mod ops;
+pub mod partition;
 pub mod relay;
 pub mod ruletree;
+pub mod search;
 pub mod sema;
 pub mod source;
 pub mod typeck;
 pub mod util;
+pub mod work;

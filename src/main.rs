@@ -56,6 +56,49 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Find the cheapest partitioning of `@main` across the targets, print the partitioned
+    /// program (TVM's encoding) and a report with baselines.
+    Partition {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Rules files or directories (default: the shipped library).
+        #[arg(long, num_args = 1..)]
+        rules: Vec<PathBuf>,
+        /// Only these targets (the host is always used).
+        #[arg(long = "target", value_name = "NAME")]
+        targets: Vec<String>,
+        /// Cost estimators, tried in order, joined by `+`: `analytic`, `mock:FILE.json`,
+        /// `table:FILE.json`, `cmd:COMMAND`.
+        #[arg(long, value_name = "SPEC", default_value = "analytic")]
+        costs: String,
+        /// Time limit in seconds for one `cmd:` measurement.
+        #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+        cost_timeout: f64,
+        /// Depth limit for native targets' candidates.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        tvm_max_depth: u32,
+        /// Depth limit for BYOC targets' candidates.
+        #[arg(long, value_name = "N", default_value_t = 8)]
+        byoc_max_depth: u32,
+        /// Write the partitioned program here (atomically) instead of printing it.
+        #[arg(short = 'o', long = "output", value_name = "OUT.relay")]
+        output: Option<PathBuf>,
+        /// Report format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// Write a DOT picture of the partitioning here.
+        #[arg(long, value_name = "FILE")]
+        dot: Option<PathBuf>,
+        /// Explain which candidates covered the node bound to `%BINDING` and why one won.
+        #[arg(long, value_name = "BINDING")]
+        explain: Vec<String>,
+        /// Skip the baselines (single-target and greedy placements).
+        #[arg(long)]
+        no_baselines: bool,
+        /// Search with plain Dijkstra instead of A* (same result, for comparison).
+        #[arg(long)]
+        dijkstra: bool,
+    },
     Fuse {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -66,6 +109,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Report formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum FormatArg {
+    /// A table.
+    Table,
+    /// JSON.
+    Json,
 }
 
 fn main() -> ExitCode {
@@ -114,5 +166,46 @@ fn run(cli: Cli) -> Outcome {
             max_depth,
             json,
         } => driver::fuse_command(&model, max_depth, json),
+        Command::Partition {
+            model,
+            rules,
+            targets,
+            costs,
+            cost_timeout,
+            tvm_max_depth,
+            byoc_max_depth,
+            output,
+            format,
+            dot,
+            explain,
+            no_baselines,
+            dijkstra,
+        } => {
+            if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
+                eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+                return Outcome::Usage;
+            }
+            let req = driver::partition::Request {
+                model,
+                rules,
+                targets,
+                costs,
+                cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
+                limits: collage::enumerate::Limits {
+                    tvm_max_depth: tvm_max_depth.max(1),
+                    byoc_max_depth: byoc_max_depth.max(1),
+                },
+                output,
+                format: match format {
+                    FormatArg::Table => driver::partition::Format::Table,
+                    FormatArg::Json => driver::partition::Format::Json,
+                },
+                dot,
+                explain,
+                baselines: !no_baselines,
+                lower_bound: !dijkstra,
+            };
+            driver::partition::partition_command(&req)
+        }
     }
 }

@@ -173,6 +173,17 @@ codes! {
     /// A custom operator that clashes with a registered one.
     E1801 = "E1801", "conflicting operator declaration";
 
+    /// An operator call that no target's candidates cover (with a usable cost).
+    E2101 = "E2101", "operator not covered by any target";
+    /// Candidates cover every node, but no combination of disjoint ones covers them all.
+    E2102 = "E2102", "no partitioning covers the function";
+    /// Rewriting the partitioned function failed or changed its meaning (a bug in collage).
+    E2103 = "E2103", "partitioning produced an invalid program";
+    /// A `--costs` specification, or a file it names, that cannot be used.
+    E2104 = "E2104", "invalid cost specification";
+    /// An `--explain` binding that names no node.
+    E2105 = "E2105", "unknown binding to explain";
+
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";
     /// An output file that cannot be written.

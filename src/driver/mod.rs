@@ -201,6 +201,7 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
 
 mod candidates;
 mod fuse;
+pub mod partition;
 
 pub use candidates::candidates_command;
 pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};

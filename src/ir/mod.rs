@@ -9,6 +9,7 @@
 pub mod attrs;
 pub mod device;
 pub mod equal;
+pub mod inline;
 pub mod literal;
 pub mod types;
 

@@ -1,0 +1,116 @@
+//! The cost cache: candidates are priced once per structural key ([`super::key`]), which
+//! includes the target, so structurally identical candidates (the same fused layer in each of a
+//! transformer's blocks) cost one estimator call between them.
+
+use super::key::{Key, Signatures};
+use super::{Cost, Estimator, Request};
+use crate::enumerate::{Candidate, DataflowGraph};
+use crate::ruletree::Program;
+use std::collections::HashMap;
+
+/// Costs of candidates, with the number of estimator calls made.
+pub struct Estimates {
+    /// The cost of each candidate, in candidate order.
+    pub costs: Vec<Cost>,
+    /// Estimator calls (distinct structures priced).
+    pub calls: usize,
+}
+
+/// Prices every candidate; host candidates cost zero and are not estimated. Slow estimators
+/// (see [`Estimator::parallel`]) run on several threads; the result does not depend on timing.
+pub fn estimate_all(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    candidates: &[Candidate],
+    estimator: &dyn Estimator,
+    progress: &dyn Fn(usize, usize),
+) -> Estimates {
+    let mut sigs = Signatures::new(g);
+    let mut slot_of: HashMap<Key, usize> = HashMap::new();
+    // The candidate priced for each distinct key, in first-appearance order.
+    let mut first: Vec<usize> = Vec::new();
+    let mut slot: Vec<Option<usize>> = Vec::with_capacity(candidates.len());
+    for (k, c) in candidates.iter().enumerate() {
+        if program.targets[c.target].is_host {
+            slot.push(None);
+            continue;
+        }
+        let key = sigs.key(g, c);
+        let next = first.len();
+        let s = *slot_of.entry(key).or_insert(next);
+        if s == next {
+            first.push(k);
+        }
+        slot.push(Some(s));
+    }
+    let price = |k: usize| {
+        estimator.estimate(&Request {
+            graph: g,
+            program,
+            candidate: &candidates[k],
+        })
+    };
+    let distinct: Vec<Cost> = if estimator.parallel() && first.len() > 1 {
+        parallel_map(&first, &price, progress)
+    } else {
+        first
+            .iter()
+            .enumerate()
+            .map(|(n, &k)| {
+                progress(n, first.len());
+                price(k)
+            })
+            .collect()
+    };
+    progress(first.len(), first.len());
+    Estimates {
+        costs: slot
+            .iter()
+            .map(|s| s.map_or(Cost::ZERO, |s| distinct[s]))
+            .collect(),
+        calls: first.len(),
+    }
+}
+
+/// `f` over `items` on as many threads as there are cores (at least 4: measurers mostly wait).
+fn parallel_map(
+    items: &[usize],
+    f: &(dyn Fn(usize) -> Cost + Sync),
+    progress: &dyn Fn(usize, usize),
+) -> Vec<Cost> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let out: Vec<Mutex<Cost>> = items.iter().map(|_| Mutex::new(Cost::UNKNOWN)).collect();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(4, |p| p.get())
+        .max(4)
+        .min(items.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&k) = items.get(n) else { break };
+                    let c = f(k);
+                    if let Ok(mut slot) = out[n].lock() {
+                        *slot = c;
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        // The calling thread reports progress while the workers run.
+        loop {
+            progress(done.load(Ordering::Relaxed), items.len());
+            if handles.iter().all(|h| h.is_finished()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    out.into_iter()
+        .map(|m| m.into_inner().unwrap_or(Cost::INVALID))
+        .collect()
+}

@@ -1,0 +1,154 @@
+//! An external measurer: `cmd:COMMAND` runs `sh -c COMMAND` once per distinct candidate, with
+//! the candidate extracted as a RelayScript module (its function named like the model's) on
+//! stdin and the environment variables `COLLAGE_TARGET` (the target's name) and
+//! `COLLAGE_COMPILER` (its BYOC compiler, empty for native targets). The command prints the
+//! measured seconds on stdout (`inf` or `invalid` when the target cannot run the candidate,
+//! `nan` or `unknown` to defer to the next estimator). A non-zero exit, unreadable output or a
+//! run longer than the time limit is an `INVALID` cost. Runs happen in parallel and the cache
+//! asks once per structure and target.
+
+use super::{Cost, Estimator, Request};
+use std::io::{Read, Write};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+/// The external measurer.
+pub struct Command {
+    command: String,
+    timeout: Duration,
+}
+
+impl Command {
+    /// A measurer running `command` with a time limit per run.
+    pub fn new(command: &str, timeout: Duration) -> Command {
+        Command {
+            command: command.to_string(),
+            timeout,
+        }
+    }
+
+    /// Runs the command on `input`; `None` on failure or timeout.
+    fn run(&self, input: String, target: &str, compiler: &str) -> Option<String> {
+        use std::os::unix::process::CommandExt;
+        // Its own process group, so that a timeout also stops whatever the command started.
+        let mut child = Process::new("sh")
+            .process_group(0)
+            .arg("-c")
+            .arg(&self.command)
+            .env("COLLAGE_TARGET", target)
+            .env("COLLAGE_COMPILER", compiler)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        // Feed stdin and drain stdout on their own threads so a chatty command cannot block.
+        let mut stdin = child.stdin.take()?;
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        let mut stdout = child.stdout.take()?;
+        let reader = std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        });
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if start.elapsed() < self.timeout => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                _ => {
+                    // `kill -s KILL -- -PGID`: the whole group (the `--` keeps the negative
+                    // id from being read as an option).
+                    let _ = Process::new("kill")
+                        .args(["-s", "KILL", "--"])
+                        .arg(format!("-{}", child.id()))
+                        .stderr(Stdio::null())
+                        .status();
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        // After a timeout the pipes may stay open a moment longer; the threads finish on their own.
+        let status = status?;
+        let _ = writer.join();
+        let out = reader.join().ok()?;
+        status.success().then_some(out)
+    }
+}
+
+/// Reads the measurer's answer.
+pub fn parse_seconds(out: &str) -> Cost {
+    match out.trim().to_ascii_lowercase().as_str() {
+        "inf" | "+inf" | "infinity" | "invalid" => Cost::INVALID,
+        "nan" | "unknown" => Cost::UNKNOWN,
+        s => match s.parse::<f64>() {
+            Ok(x) => Cost::value(x),
+            Err(_) => Cost::INVALID,
+        },
+    }
+}
+
+impl Estimator for Command {
+    fn name(&self) -> String {
+        "cmd".into()
+    }
+
+    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+        let module = match crate::enumerate::extract::extract(
+            req.graph,
+            &req.candidate.sub_graph,
+            Vec::new(),
+        ) {
+            Ok(m) => m,
+            Err(_) => return Cost::INVALID,
+        };
+        let text = crate::relay::print::print_module(&module);
+        let t = req.target();
+        match self.run(text, &t.name, t.compiler.as_deref().unwrap_or("")) {
+            Some(out) => parse_seconds(&out),
+            None => Cost::INVALID,
+        }
+    }
+
+    fn parallel(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read() {
+        assert_eq!(parse_seconds(" 0.5\n"), Cost::value(0.5));
+        assert!(parse_seconds("inf").is_invalid());
+        assert!(parse_seconds("garbage").is_invalid());
+        assert!(parse_seconds("-1").is_invalid());
+        assert!(parse_seconds("nan").is_unknown());
+    }
+
+    #[test]
+    fn runs_time_out_and_fail() {
+        let c = Command::new("sleep 5", Duration::from_millis(100));
+        let start = Instant::now();
+        assert_eq!(c.run(String::new(), "t", ""), None);
+        assert!(start.elapsed() < Duration::from_secs(4));
+        let c = Command::new("exit 3", Duration::from_secs(5));
+        assert_eq!(c.run(String::new(), "t", ""), None);
+        let c = Command::new(
+            "cat >/dev/null; echo $COLLAGE_TARGET",
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            c.run("x".repeat(1 << 20), "cutlass", "").as_deref(),
+            Some("cutlass\n")
+        );
+    }
+}

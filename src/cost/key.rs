@@ -1,0 +1,214 @@
+//! Structural keys of candidates: two candidates with equal keys have the same structure
+//! (operators, attributes, types, the dataflow among their nodes, exits and nested functions)
+//! and the same target, so they cost the same. Keys are exact (no hashing), cheap to build
+//! (one interned signature per node) and independent of where the candidate sits in the graph,
+//! so the identical layers of a transformer share their keys.
+//!
+//! A [`fingerprint`] is the stable, printable form used by `table:` cost files: a 64-bit FNV-1a
+//! hash over the signature *texts*, so it does not depend on the interning order.
+
+use crate::enumerate::{Candidate, DataflowGraph, SubGraph};
+use crate::ir::{Callee, Constant, Expr};
+use std::collections::HashMap;
+
+/// A candidate's structural key.
+pub type Key = Vec<u32>;
+
+/// Per-graph signatures of nodes, interned.
+pub struct Signatures {
+    /// The interned id of each node's signature.
+    id: Vec<u32>,
+    /// Interned attribute lists of nested functions.
+    attrs: HashMap<String, u32>,
+}
+
+const INSIDE: u32 = 1 << 31;
+
+impl Signatures {
+    /// Signatures of every node of the graph.
+    pub fn new(g: &DataflowGraph<'_>) -> Signatures {
+        let mut intern: HashMap<String, u32> = HashMap::new();
+        let mut id = Vec::with_capacity(g.len());
+        for i in 0..g.len() {
+            let s = node_signature(g, i);
+            let next = intern.len() as u32;
+            id.push(*intern.entry(s).or_insert(next));
+        }
+        let attrs = HashMap::new();
+        Signatures { id, attrs }
+    }
+
+    /// The key of a candidate.
+    pub fn key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
+        let mut out = vec![c.target as u32];
+        self.sub_graph(g, &c.sub_graph, &mut out);
+        out
+    }
+
+    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
+        let members: Vec<usize> = sg.inside.iter().collect();
+        let local = |i: usize| members.binary_search(&i).ok();
+        let mut params: Vec<usize> = Vec::new();
+        out.push(members.len() as u32);
+        for &i in &members {
+            out.push(self.id[i]);
+            let operands = operand_nodes(g, i);
+            out.push(operands.len() as u32);
+            for j in operands {
+                match local(j) {
+                    Some(p) => out.push(INSIDE | p as u32),
+                    None => {
+                        let p = match params.iter().position(|&q| q == j) {
+                            Some(p) => p,
+                            None => {
+                                params.push(j);
+                                params.len() - 1
+                            }
+                        };
+                        out.push(p as u32);
+                        out.push(self.id[j]);
+                    }
+                }
+            }
+        }
+        for i in sg.exit.iter() {
+            if let Some(p) = local(i) {
+                out.push(p as u32);
+            }
+        }
+        out.push(u32::MAX);
+        out.push(sg.nested.len() as u32);
+        for (sub, attrs) in &sg.nested {
+            let text = format!("{attrs:?}");
+            let next = self.attrs.len() as u32;
+            let a = *self.attrs.entry(text).or_insert(next);
+            out.push(a);
+            for i in sub.inside.iter() {
+                if let Some(p) = local(i) {
+                    out.push(p as u32);
+                }
+            }
+            out.push(u32::MAX);
+            self.sub_graph(g, sub, out);
+        }
+    }
+}
+
+/// The graph nodes of an expression node's operands, in operand order (with repetitions).
+fn operand_nodes(g: &DataflowGraph<'_>, i: usize) -> Vec<usize> {
+    let Some(e) = g.expr(i) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Expr::Call {
+        callee: Callee::Op(_),
+        args,
+        ..
+    } = g.module.expr(e)
+    {
+        out.extend(args.iter().filter_map(|&a| g.node(a)));
+    } else {
+        g.module.for_each_operand(e, |o| {
+            if let Some(n) = g.node(o) {
+                out.push(n);
+            }
+        });
+    }
+    out
+}
+
+/// What a node is, independent of its position: operator, attributes, type, scalar value.
+fn node_signature(g: &DataflowGraph<'_>, i: usize) -> String {
+    let m = g.module;
+    let Some(e) = g.expr(i) else {
+        return format!("node {}", g.label[i]);
+    };
+    let ty = m.ty(e).map_or_else(|| "?".to_string(), |t| t.to_string());
+    match m.expr(e) {
+        Expr::Call {
+            callee: Callee::Op(op),
+            attrs,
+            ..
+        } => format!("{}{:?}:{ty}", crate::ops::registry().get(*op).name, attrs),
+        Expr::Call { .. } => format!("call:{ty}"),
+        Expr::Const(Constant::Scalar { value, dtype }) => format!("const {value:?}{dtype}:{ty}"),
+        Expr::Const(Constant::Meta { .. }) => format!("const:{ty}"),
+        Expr::Tuple(_) => format!("tuple:{ty}"),
+        Expr::Proj { index, .. } => format!("proj.{index}:{ty}"),
+        Expr::Var(_) => format!("var:{ty}"),
+        Expr::Global(gl) => format!("global @{}", m.globals[gl.index()].name),
+        Expr::Op(op) => format!("op {}", crate::ops::registry().get(*op).name),
+        // Function literals, lets and ifs are distinct per occurrence.
+        Expr::Func(_) | Expr::Let { .. } | Expr::If { .. } => format!("unique #{i}:{ty}"),
+    }
+}
+
+/// The stable fingerprint of a candidate: 16 hex digits, equal for structurally equal
+/// candidates of the same target in any model.
+pub fn fingerprint(g: &DataflowGraph<'_>, c: &Candidate, target: &str) -> String {
+    let mut h = Fnv::new();
+    h.write(target.as_bytes());
+    fingerprint_sub_graph(g, &c.sub_graph, &mut h);
+    format!("{:016x}", h.0)
+}
+
+fn fingerprint_sub_graph(g: &DataflowGraph<'_>, sg: &SubGraph, h: &mut Fnv) {
+    let members: Vec<usize> = sg.inside.iter().collect();
+    let local = |i: usize| members.binary_search(&i).ok();
+    let mut params: Vec<usize> = Vec::new();
+    h.write_u64(members.len() as u64);
+    for &i in &members {
+        h.write(node_signature(g, i).as_bytes());
+        for j in operand_nodes(g, i) {
+            match local(j) {
+                Some(p) => h.write_u64(p as u64),
+                None => {
+                    let p = params.iter().position(|&q| q == j).unwrap_or_else(|| {
+                        params.push(j);
+                        params.len() - 1
+                    });
+                    h.write_u64(1 << 40 | p as u64);
+                    h.write(node_signature(g, j).as_bytes());
+                }
+            }
+        }
+        h.write_u64(u64::MAX);
+    }
+    for i in sg.exit.iter() {
+        if let Some(p) = local(i) {
+            h.write_u64(p as u64);
+        }
+    }
+    for (sub, attrs) in &sg.nested {
+        h.write(format!("{attrs:?}").as_bytes());
+        for i in sub.inside.iter() {
+            if let Some(p) = local(i) {
+                h.write_u64(p as u64);
+            }
+        }
+        fingerprint_sub_graph(g, sub, h);
+    }
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        // A separator, so that ("ab", "c") and ("a", "bc") differ.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.write(&v.to_le_bytes());
+    }
+}

@@ -1,0 +1,108 @@
+//! TVM's `MockCostEstimator` (collage-semantics §13.3): a candidate with `n` operator calls
+//! costs `c × Σ_{k<n} 0.9^k`, where `c` is its target's base cost. The sum is accumulated in
+//! the same order and with the same `pow` as TVM, so costs compare bit for bit with its tests
+//! (`3 + 3·0.9 == 5.7`).
+
+use super::{read_json, Cost, Estimator, Request, SpecError};
+use crate::ir::{Callee, Expr};
+
+/// The mock estimator: base cost per target name.
+pub struct Mock {
+    /// (target name, base cost), in file order.
+    pub costs: Vec<(String, f64)>,
+}
+
+impl Mock {
+    /// Reads `{"targets": {"<target>": <base cost>, ...}}`.
+    pub fn from_file(path: &str) -> Result<Mock, SpecError> {
+        Mock::from_json(&read_json(path)?).map_err(|e| SpecError(format!("`{path}`: {e}")))
+    }
+
+    /// Builds the estimator from the JSON value.
+    pub fn from_json(v: &serde_json::Value) -> Result<Mock, SpecError> {
+        let Some(targets) = v.get("targets").and_then(|t| t.as_object()) else {
+            return Err(SpecError(
+                "expected an object `{\"targets\": {\"<target>\": <cost>, ...}}`".into(),
+            ));
+        };
+        let mut costs = Vec::new();
+        for (name, c) in targets {
+            match c.as_f64() {
+                Some(x) if x.is_finite() && x >= 0.0 => costs.push((name.clone(), x)),
+                _ => {
+                    return Err(SpecError(format!(
+                        "the cost of target `{name}` must be a non-negative number"
+                    )))
+                }
+            }
+        }
+        Ok(Mock { costs })
+    }
+
+    /// TVM's formula for `n` operator calls at base cost `c`.
+    pub fn formula(c: f64, n: usize) -> f64 {
+        let mut total = 0.0;
+        for k in 0..n {
+            total += c * 0.9f64.powf(k as f64);
+        }
+        total
+    }
+}
+
+/// Number of operator calls among the candidate's nodes.
+pub fn op_calls(req: &Request<'_, '_>) -> usize {
+    let g = req.graph;
+    req.candidate
+        .sub_graph
+        .inside
+        .iter()
+        .filter(|&i| {
+            g.expr(i).is_some_and(|e| {
+                matches!(
+                    g.module.expr(e),
+                    Expr::Call {
+                        callee: Callee::Op(_),
+                        ..
+                    }
+                )
+            })
+        })
+        .count()
+}
+
+impl Estimator for Mock {
+    fn name(&self) -> String {
+        "mock".into()
+    }
+
+    /// `UNKNOWN` for a target the file does not price.
+    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+        let name = &req.target().name;
+        match self.costs.iter().find(|(t, _)| t == name) {
+            Some(&(_, c)) => Cost::value(Mock::formula(c, op_calls(req))),
+            None => Cost::UNKNOWN,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mock;
+
+    #[test]
+    fn formula_matches_tvm_bit_for_bit() {
+        assert_eq!(Mock::formula(3.0, 2), 5.7);
+        assert_eq!(Mock::formula(1.0, 0), 0.0);
+        assert_eq!(Mock::formula(2.0, 1), 2.0);
+        assert!((Mock::formula(1.0, 5) - 4.0951).abs() < 1e-12);
+    }
+
+    #[test]
+    fn json_is_checked() {
+        let ok = serde_json::json!({"targets": {"tvm": 1, "cutlass": 0.5}});
+        assert_eq!(Mock::from_json(&ok).map(|m| m.costs.len()), Ok(2));
+        assert!(Mock::from_json(&serde_json::json!({"tvm": 1})).is_err());
+        assert!(Mock::from_json(&serde_json::json!({"targets": {"tvm": -1}})).is_err());
+        assert!(Mock::from_json(&serde_json::json!({"targets": {"tvm": "x"}})).is_err());
+    }
+}

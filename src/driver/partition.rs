@@ -1,0 +1,728 @@
+//! `collage partition`: the whole pipeline, its report (table or JSON), the partitioned
+//! program, a DOT picture and explanations.
+
+use super::candidates::load_rules;
+use super::{load_model, Outcome};
+use crate::cost::{self, Cost};
+use crate::dataflow::NodeIdx;
+use crate::diag::{self, Diagnostic};
+use crate::enumerate::{DataflowGraph, Limits};
+use crate::ir::Module;
+use crate::partition::{self, Partition, PartitionError, Plan, Progress as _};
+use crate::ruletree::Program;
+use crate::source::SourceMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Report formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A table for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+/// Everything `collage partition` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model.
+    pub model: PathBuf,
+    /// Rules files or directories (empty: the shipped library).
+    pub rules: Vec<PathBuf>,
+    /// Only these targets (the host is always kept).
+    pub targets: Vec<String>,
+    /// The cost specification.
+    pub costs: String,
+    /// Time limit of one `cmd:` measurement.
+    pub cmd_timeout: std::time::Duration,
+    /// Depth limits.
+    pub limits: Limits,
+    /// Where to write the partitioned program (`None`: print it before a table report).
+    pub output: Option<PathBuf>,
+    /// Report format.
+    pub format: Format,
+    /// Where to write the DOT picture.
+    pub dot: Option<PathBuf>,
+    /// Bindings to explain.
+    pub explain: Vec<String>,
+    /// Compute baselines.
+    pub baselines: bool,
+    /// Use the A* lower bound.
+    pub lower_bound: bool,
+}
+
+/// Runs `collage partition`.
+pub fn partition_command(req: &Request) -> Outcome {
+    let start = Instant::now();
+    let mut sources = SourceMap::new();
+    let program = match load_rules(&mut sources, &req.rules) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let program = match select_targets(program, &req.targets) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let opts = cost::SpecOptions {
+        cmd_timeout: req.cmd_timeout,
+    };
+    let estimator = match cost::from_spec(&req.costs, &opts) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error[{}]: invalid `--costs`: {e}", diag::E2104.id);
+            return Outcome::Usage;
+        }
+    };
+    let m = match load_model(&mut sources, &req.model) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
+    let Some(main) = m.main() else {
+        eprintln!("error: the module has no `@main` function");
+        return Outcome::InputErrors;
+    };
+    let g = DataflowGraph::new(&m, main);
+    let popts = partition::Options {
+        limits: req.limits,
+        search: crate::search::Options {
+            lower_bound: req.lower_bound,
+        },
+        baselines: req.baselines,
+    };
+    let bar = Bar::new();
+    let plan = match partition::partition(&g, &program, &estimator, &popts, &bar) {
+        Ok(p) => p,
+        Err(e) => {
+            bar.finish();
+            let d = error_diagnostic(&m, &g, &program, &e);
+            diag::emit_stderr(&d.into(), &sources);
+            return match e {
+                PartitionError::Rewrite(_) => Outcome::Internal,
+                _ => Outcome::InputErrors,
+            };
+        }
+    };
+    bar.phase("rewriting", 0);
+    let text = match partition::rewrite(&g, &program, &plan)
+        .map_err(|e| match e {
+            PartitionError::Rewrite(s) => s,
+            _ => String::new(),
+        })
+        .and_then(|out| partition::finalize::check_round_trip(&m, &out))
+    {
+        Ok(t) => t,
+        Err(msg) => {
+            bar.finish();
+            let d = Diagnostic::error(diag::E2103, format!("internal error: {msg}"))
+                .with_primary(m.func(main).span, "while partitioning this function");
+            diag::emit_stderr(&d.into(), &sources);
+            return Outcome::Internal;
+        }
+    };
+    let mut explained = Vec::new();
+    for b in &req.explain {
+        match explain(&m, &g, &program, &plan, &popts, b) {
+            Some(e) => explained.push(e),
+            None => {
+                bar.finish();
+                eprintln!(
+                    "error[{}]: `--explain {b}`: no node of @main is bound to `{b}`",
+                    diag::E2105.id
+                );
+                return Outcome::Usage;
+            }
+        }
+    }
+    bar.finish();
+    let elapsed = start.elapsed().as_secs_f64() * 1e3;
+    if let Some(path) = &req.output {
+        if let Err(o) = write_atomically(path, &text) {
+            return o;
+        }
+    }
+    if let Some(path) = &req.dot {
+        if let Err(o) = write_atomically(path, &dot(&m, &g, &program, &plan)) {
+            return o;
+        }
+    }
+    match req.format {
+        Format::Json => {
+            let v = report_json(&m, &g, &sources, &program, &plan, elapsed, &explained);
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Format::Table => {
+            if req.output.is_none() {
+                print!("{text}");
+                println!();
+            }
+            print!(
+                "{}",
+                report_table(&m, &g, &sources, &program, &plan, elapsed)
+            );
+            for e in &explained {
+                print!("\n{}", e.text);
+            }
+        }
+    }
+    Outcome::Ok
+}
+
+/// Keeps the named targets (and every host target).
+fn select_targets(program: Program, names: &[String]) -> Result<Program, Outcome> {
+    if names.is_empty() {
+        return Ok(program);
+    }
+    for n in names {
+        if program.target(n).is_none() {
+            let known: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
+            eprintln!(
+                "error: no target named `{n}`; targets: {}",
+                known.join(", ")
+            );
+            return Err(Outcome::Usage);
+        }
+    }
+    let keep: Vec<bool> = program
+        .targets
+        .iter()
+        .map(|t| t.is_host || names.contains(&t.name))
+        .collect();
+    let new_index: Vec<Option<usize>> = keep
+        .iter()
+        .scan(0, |n, &k| {
+            let r = k.then_some(*n);
+            *n += usize::from(k);
+            Some(r)
+        })
+        .collect();
+    let mut out = program.clone();
+    out.targets = program
+        .targets
+        .into_iter()
+        .zip(&keep)
+        .filter(|(_, &k)| k)
+        .map(|(mut t, _)| {
+            t.refines = t.refines.and_then(|r| new_index[r]);
+            t
+        })
+        .collect();
+    Ok(out)
+}
+
+/// The diagnostic of a partitioning failure.
+fn error_diagnostic(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    e: &PartitionError,
+) -> Diagnostic {
+    let span_of = |node: usize| {
+        g.graph
+            .span(m, NodeIdx(node as u32))
+            .unwrap_or_else(|| m.func(g.graph.func).span)
+    };
+    let what = |node: usize| {
+        let op = g.graph.op_name(m, NodeIdx(node as u32));
+        let b = g.graph.binding(m, NodeIdx(node as u32));
+        match (op, b) {
+            (Some(op), Some(b)) => format!("`{op}` ({b})"),
+            (Some(op), None) => format!("`{op}`"),
+            (None, Some(b)) => format!("{b} ({})", g.label[node]),
+            (None, None) => format!("`{}`", g.label[node]),
+        }
+    };
+    let tried: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
+    match e {
+        PartitionError::Uncovered { node, unusable } => {
+            let mut d =
+                Diagnostic::error(diag::E2101, format!("no target can run {}", what(*node)))
+                    .with_primary(span_of(*node), "no candidate partition covers this")
+                    .with_note(format!("targets tried: {}", tried.join(", ")));
+            if !unusable.is_empty() {
+                let list: Vec<String> = unusable
+                    .iter()
+                    .map(|(t, c)| format!("{} ({c})", program.targets[*t].name))
+                    .collect();
+                d = d.with_note(format!(
+                    "candidates covering it have unusable costs: {}",
+                    list.join(", ")
+                ));
+            }
+            d
+        }
+        PartitionError::NoCover { node } => Diagnostic::error(
+            diag::E2102,
+            format!(
+                "the candidates cannot cover the function without overlapping; none fits at {}",
+                what(*node)
+            ),
+        )
+        .with_primary(span_of(*node), "every candidate here overlaps a chosen one")
+        .with_note(format!("targets tried: {}", tried.join(", "))),
+        PartitionError::Rewrite(msg) => Diagnostic::error(
+            diag::E2103,
+            format!("internal error: rewriting failed: {msg}"),
+        )
+        .with_primary(
+            m.func(g.graph.func).span,
+            "while partitioning this function",
+        ),
+    }
+}
+
+/// Writes a file through a temporary file in the same directory and a rename.
+fn write_atomically(path: &Path, text: &str) -> Result<(), Outcome> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let name = path
+        .file_name()
+        .map_or_else(|| "out".to_string(), |n| n.to_string_lossy().into_owned());
+    let tmp = match dir {
+        Some(d) => d.join(format!(".{name}.{}.tmp", std::process::id())),
+        None => PathBuf::from(format!(".{name}.{}.tmp", std::process::id())),
+    };
+    let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!(
+            "error[{}]: cannot write `{}`: {e}",
+            diag::E0902.id,
+            path.display()
+        );
+        return Err(Outcome::Usage);
+    }
+    Ok(())
+}
+
+/// `%name` or `#index` of a node.
+fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
+    g.graph
+        .binding(m, NodeIdx(i as u32))
+        .unwrap_or_else(|| format!("#{i}"))
+}
+
+/// The operator calls of a partition: (node, operator name).
+fn op_nodes<'a>(
+    m: &'a Module,
+    g: &'a DataflowGraph<'_>,
+    p: &'a Partition,
+) -> Vec<(usize, &'a str)> {
+    p.sub_graph
+        .inside
+        .iter()
+        .filter_map(|i| g.graph.op_name(m, NodeIdx(i as u32)).map(|op| (i, op)))
+        .filter(|&(i, _)| g.must_lower[i])
+        .collect()
+}
+
+/// First and last source line of a partition's operator calls.
+fn lines(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &SourceMap,
+    p: &Partition,
+) -> Option<(usize, usize)> {
+    let mut out: Option<(usize, usize)> = None;
+    for (i, _) in op_nodes(m, g, p) {
+        if let Some(s) = g.graph.span(m, NodeIdx(i as u32)) {
+            let l = sources.line_of(s);
+            out = Some(out.map_or((l, l), |(a, b)| (a.min(l), b.max(l))));
+        }
+    }
+    out
+}
+
+fn fmt_cost(s: f64) -> String {
+    Cost::value(s).to_string()
+}
+
+/// The table report.
+pub fn report_table(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &SourceMap,
+    program: &Program,
+    plan: &Plan,
+    elapsed_ms: f64,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "partitions of @main:");
+    let name_w = plan
+        .partitions
+        .iter()
+        .map(|p| p.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(9);
+    let target_w = plan
+        .partitions
+        .iter()
+        .map(|p| program.targets[p.target].name.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let _ = writeln!(
+        out,
+        "  {:name_w$}  {:target_w$}  {:>16}  {:>9}  operators",
+        "partition", "target", "cost", "lines"
+    );
+    for p in &plan.partitions {
+        let ops = op_nodes(m, g, p);
+        let ops_text = if program.targets[p.target].is_host {
+            format!("({} nodes without kernels)", p.sub_graph.inside.count())
+        } else {
+            let list: Vec<String> = ops
+                .iter()
+                .map(|&(i, op)| format!("{} {op}", node_name(m, g, i)))
+                .collect();
+            list.join(", ")
+        };
+        let lines_text = match lines(m, g, sources, p) {
+            Some((a, b)) if a == b => a.to_string(),
+            Some((a, b)) => format!("{a}-{b}"),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:name_w$}  {:target_w$}  {:>16}  {:>9}  {ops_text}",
+            p.name,
+            program.targets[p.target].name,
+            fmt_cost(p.cost),
+            lines_text
+        );
+    }
+    let _ = writeln!(out, "total: {}", fmt_cost(plan.total));
+    if !plan.baselines.is_empty() {
+        let _ = writeln!(out, "baselines:");
+        let w = plan
+            .baselines
+            .iter()
+            .map(|b| b.name.len())
+            .max()
+            .unwrap_or(4);
+        for b in &plan.baselines {
+            let desc = match b.name.split_once(':') {
+                Some(("greedy", t)) => format!("greedy {t} regions, native and host elsewhere"),
+                _ if b.name == "tvm" => "native targets and host only".to_string(),
+                _ => format!("{} with the native targets and host", b.name),
+            };
+            match b.cost {
+                Some(c) => {
+                    let _ = writeln!(
+                        out,
+                        "  {:w$}  {:>16}  {:>7}  {desc}",
+                        b.name,
+                        fmt_cost(c),
+                        speedup(c, plan.total)
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  {:w$}  {:>16}  {:>7}  {desc}",
+                        b.name, "no cover", ""
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "stats: {} candidates, {} estimates, {} states expanded, {:.1} ms",
+        plan.stats.candidates, plan.stats.estimates, plan.stats.states_expanded, elapsed_ms
+    );
+    out
+}
+
+/// `x1.23`: how much slower the baseline is than the result.
+fn speedup(baseline: f64, total: f64) -> String {
+    if total > 0.0 {
+        format!("x{:.2}", baseline / total)
+    } else {
+        String::new()
+    }
+}
+
+/// The JSON report (BRIEF's schema, plus `lines`, `targets` and explanations).
+pub fn report_json(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &SourceMap,
+    program: &Program,
+    plan: &Plan,
+    elapsed_ms: f64,
+    explained: &[Explanation],
+) -> serde_json::Value {
+    use serde_json::json;
+    let partitions: Vec<serde_json::Value> = plan
+        .partitions
+        .iter()
+        .map(|p| {
+            let t = &program.targets[p.target];
+            let nodes: Vec<serde_json::Value> = p
+                .sub_graph
+                .inside
+                .iter()
+                .map(|i| {
+                    json!({
+                        "index": i,
+                        "op": g.graph.op_name(m, NodeIdx(i as u32)),
+                        "binding": g.graph.binding(m, NodeIdx(i as u32)),
+                    })
+                })
+                .collect();
+            let composites: Vec<serde_json::Value> = composites(&p.sub_graph)
+                .into_iter()
+                .map(|(label, nodes)| json!({"label": label, "nodes": nodes}))
+                .collect();
+            json!({
+                "name": p.name,
+                "target": t.name,
+                "compiler": t.compiler,
+                "cost": p.cost,
+                "lines": lines(m, g, sources, p).map(|(a, b)| vec![a, b]),
+                "nodes": nodes,
+                "composites": composites,
+            })
+        })
+        .collect();
+    let baselines: serde_json::Map<String, serde_json::Value> = plan
+        .baselines
+        .iter()
+        .map(|b| (b.name.clone(), json!(b.cost)))
+        .collect();
+    let mut out = json!({
+        "functions": [{
+            "name": "main",
+            "total_cost": plan.total,
+            "partitions": partitions,
+            "baselines": baselines,
+        }],
+        "stats": {
+            "candidates": plan.stats.candidates,
+            "estimates": plan.stats.estimates,
+            "states_expanded": plan.stats.states_expanded,
+            "elapsed_ms": elapsed_ms,
+        },
+    });
+    if !explained.is_empty() {
+        out["explain"] =
+            serde_json::Value::Array(explained.iter().map(|e| e.json.clone()).collect());
+    }
+    out
+}
+
+/// Composite labels and their nodes, in node order.
+fn composites(sg: &crate::enumerate::SubGraph) -> Vec<(String, Vec<usize>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![sg];
+    while let Some(s) = stack.pop() {
+        for (sub, attrs) in &s.nested {
+            for (k, v) in attrs {
+                if let (true, crate::ir::AttrValue::Str(label)) = (k == "Composite", v) {
+                    out.push((label.clone(), sub.inside.iter().collect::<Vec<_>>()));
+                }
+            }
+            stack.push(sub);
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out
+}
+
+/// An explanation of one node's placement.
+pub struct Explanation {
+    /// For the table report.
+    pub text: String,
+    /// For the JSON report.
+    pub json: serde_json::Value,
+}
+
+/// How many alternatives `--explain` prices with a forced search.
+const EXPLAIN_ALTERNATIVES: usize = 12;
+
+/// Which candidates covered the node bound to `binding`, and why the chosen one won: for the
+/// cheapest alternatives, the best total cost when that alternative is forced.
+fn explain(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    plan: &Plan,
+    opts: &partition::Options,
+    binding: &str,
+) -> Option<Explanation> {
+    let want = if binding.starts_with('%') {
+        binding.to_string()
+    } else {
+        format!("%{binding}")
+    };
+    let node =
+        (0..g.len()).find(|&i| g.graph.binding(m, NodeIdx(i as u32)).as_deref() == Some(&want))?;
+    let chosen = plan
+        .chosen
+        .iter()
+        .copied()
+        .find(|&k| plan.candidates[k].sub_graph.inside.contains(node));
+    let mut covering: Vec<usize> = (0..plan.candidates.len())
+        .filter(|&k| plan.candidates[k].sub_graph.inside.contains(node))
+        .collect();
+    covering.sort_by(|&a, &b| plan.cost_of(a).total_cmp(&plan.cost_of(b)).then(a.cmp(&b)));
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{want} ({}) is covered by {} candidates; the best cover costs {}.",
+        g.label[node],
+        covering.len(),
+        fmt_cost(plan.total)
+    );
+    let mut rows = Vec::new();
+    for (n, &k) in covering.iter().enumerate() {
+        let c = &plan.candidates[k];
+        let is_chosen = Some(k) == chosen;
+        let best = if is_chosen {
+            Some(plan.total)
+        } else if n < EXPLAIN_ALTERNATIVES {
+            partition::best_with(g, plan, k, opts)
+        } else {
+            None
+        };
+        let nodes: Vec<String> = c
+            .sub_graph
+            .inside
+            .iter()
+            .filter(|&i| g.must_lower[i])
+            .map(|i| node_name(m, g, i))
+            .collect();
+        let verdict = if is_chosen {
+            "chosen".to_string()
+        } else if !plan.costs[k].is_known() {
+            format!("not usable: cost {}", plan.costs[k])
+        } else if n >= EXPLAIN_ALTERNATIVES {
+            "not priced further".to_string()
+        } else {
+            match best {
+                Some(b) => format!(
+                    "best cover with it: {} (+{})",
+                    fmt_cost(b),
+                    fmt_cost((b - plan.total).max(0.0))
+                ),
+                None => "no cover contains it".to_string(),
+            }
+        };
+        let _ = writeln!(
+            text,
+            "  {:>16}  {:10} {}  [{}]  {verdict}",
+            if plan.costs[k].is_known() {
+                fmt_cost(plan.cost_of(k))
+            } else {
+                plan.costs[k].to_string()
+            },
+            program.targets[c.target].name,
+            c.rule_name,
+            nodes.join(" ")
+        );
+        rows.push(serde_json::json!({
+            "target": program.targets[c.target].name,
+            "rule": c.rule_name,
+            "nodes": c.sub_graph.inside.iter().collect::<Vec<_>>(),
+            "cost": plan.costs[k].is_known().then(|| plan.cost_of(k)),
+            "chosen": is_chosen,
+            "best_total_with_it": best,
+        }));
+    }
+    Some(Explanation {
+        text,
+        json: serde_json::json!({"binding": want, "node": node, "candidates": rows}),
+    })
+}
+
+/// The partitioning as a DOT graph: one cluster per partition, coloured by target.
+pub fn dot(m: &Module, g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> String {
+    const COLORS: [&str; 8] = [
+        "#8dd3c7", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#bebada", "#ffffb3",
+    ];
+    let mut out = String::from("digraph partitioning {\n  rankdir=TB;\n  node [shape=box, style=filled, fontname=\"monospace\"];\n");
+    let shown = |i: usize| {
+        g.expr(i).is_some_and(|e| {
+            !matches!(m.expr(e), crate::ir::Expr::Op(_) | crate::ir::Expr::Func(_))
+        })
+    };
+    for (k, p) in plan.partitions.iter().enumerate() {
+        let t = &program.targets[p.target];
+        let color = if t.is_host {
+            "#eeeeee"
+        } else {
+            COLORS[p.target % COLORS.len()]
+        };
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_{k} {{\n    label=\"{} [{}] {}\";\n    style=filled; fillcolor=\"{color}40\";",
+            p.name,
+            t.name,
+            fmt_cost(p.cost)
+        );
+        for i in p.sub_graph.inside.iter().filter(|&i| shown(i)) {
+            let label = match g.graph.op_name(m, NodeIdx(i as u32)) {
+                Some(op) => format!("{} {op}", node_name(m, g, i)),
+                None => format!("{} {}", node_name(m, g, i), g.label[i]),
+            };
+            let _ = writeln!(
+                out,
+                "    n{i} [label=\"{}\", fillcolor=\"{color}\"];",
+                label.replace('"', "\\\"")
+            );
+        }
+        out.push_str("  }\n");
+    }
+    for i in (0..g.len()).filter(|&i| shown(i)) {
+        for o in g.outputs(i) {
+            if shown(o.index()) {
+                let _ = writeln!(out, "  n{i} -> n{};", o.index());
+            }
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// A progress bar on stderr, shown only when stderr is a terminal.
+struct Bar(Option<indicatif::ProgressBar>);
+
+impl Bar {
+    fn new() -> Bar {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Bar(None);
+        }
+        let b = indicatif::ProgressBar::new(0);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg:24} [{bar:30}] {pos}/{len}")
+        {
+            b.set_style(style);
+        }
+        Bar(Some(b))
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl partition::Progress for Bar {
+    fn phase(&self, name: &str, total: usize) {
+        if let Some(b) = &self.0 {
+            b.set_message(name.to_string());
+            b.set_length(total as u64);
+            b.set_position(0);
+        }
+    }
+
+    fn step(&self, done: usize) {
+        if let Some(b) = &self.0 {
+            b.set_position(done as u64);
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Finalize (collage-semantics §15–§16, with BRIEF's corrections): coalesce the chosen
+//! partitions, name them, and rewrite the function in TVM's encoding.
+//!
+//! * Touching partitions of the same BYOC target are coalesced while their union stays convex
+//!   and in one basic block (Q8: TVM ignores validity and can produce overlapping partitions).
+//!   Native partitions stay separate: each is one fused kernel. Host nodes form one report
+//!   partition named `host`.
+//! * A BYOC partition becomes a global function with `Primitive=1`, `Compiler="<compiler>"`
+//!   and `global_symbol="<name>"`, containing its `Composite` functions, called from `@main`.
+//!   Names are `collage_<compiler>_<first composite or operator>` with `_1`, `_2`, ... for
+//!   further distinct structures; structurally equal partitions share one global (Q11, Q13).
+//! * The rewritten module is type-checked, printed, parsed back and compared with the input
+//!   after inlining every partition function ([`crate::ir::inline`]).
+
+use super::greedy::MERGED;
+use super::{PartitionError, Plan};
+use crate::cost::key::Signatures;
+use crate::enumerate::{extract, Candidate, DataflowGraph, SubGraph};
+use crate::ir::{AttrValue, Callee, Expr, Global, GlobalId, Module};
+use crate::ruletree::Program;
+
+/// Coalesces the plan's chosen candidates into partitions, named, in node order.
+pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<super::Partition> {
+    let mut host: Option<super::Partition> = None;
+    let mut parts: Vec<super::Partition> = Vec::new();
+    for &k in &plan.chosen {
+        let c = &plan.candidates[k];
+        let p = super::Partition {
+            target: c.target,
+            sub_graph: c.sub_graph.clone(),
+            cost: plan.cost_of(k),
+            parts: vec![k],
+            name: String::new(),
+        };
+        if program.targets[c.target].is_host {
+            host = Some(match host {
+                None => p,
+                Some(h) => {
+                    let inside = h.sub_graph.inside.union(&p.sub_graph.inside);
+                    super::Partition {
+                        sub_graph: SubGraph::new(g, inside),
+                        cost: h.cost + p.cost,
+                        parts: [h.parts, p.parts].concat(),
+                        ..h
+                    }
+                }
+            });
+        } else {
+            parts.push(p);
+        }
+    }
+    parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
+    // Coalesce touching BYOC partitions of one target.
+    let mut changed = true;
+    while changed {
+        changed = false;
+        let mut i = 0;
+        while i < parts.len() {
+            let mut j = i + 1;
+            while j < parts.len() {
+                let (a, b) = (&parts[i], &parts[j]);
+                let union = if a.target == b.target
+                    && program.targets[a.target].compiler.is_some()
+                    && (a.sub_graph.touches(g, &b.sub_graph)
+                        || b.sub_graph.touches(g, &a.sub_graph))
+                {
+                    a.sub_graph
+                        .disjoint_union(g, &b.sub_graph)
+                        .filter(|u| u.is_valid(g, &MERGED))
+                } else {
+                    None
+                };
+                match union {
+                    Some(u) => {
+                        let b = parts.remove(j);
+                        let a = &mut parts[i];
+                        a.sub_graph = u;
+                        a.cost += b.cost;
+                        a.parts.extend(b.parts);
+                        changed = true;
+                        j = i + 1;
+                    }
+                    None => j += 1,
+                }
+            }
+            i += 1;
+        }
+    }
+    parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
+    name_partitions(g, program, &mut parts);
+    if let Some(h) = host {
+        parts.push(super::Partition {
+            name: "host".into(),
+            ..h
+        });
+    }
+    parts
+}
+
+/// Names: `collage_<compiler>_<what>` for BYOC partitions (shared by equal structures),
+/// `<target>_<k>` for native ones.
+fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super::Partition]) {
+    let mut sigs = Signatures::new(g);
+    // (key, name) of each BYOC structure named so far.
+    let mut named: Vec<(Vec<u32>, String)> = Vec::new();
+    let mut per_target = vec![0usize; program.targets.len()];
+    for p in parts.iter_mut() {
+        let t = &program.targets[p.target];
+        let Some(compiler) = &t.compiler else {
+            p.name = format!("{}_{}", sanitize(&t.name), per_target[p.target]);
+            per_target[p.target] += 1;
+            continue;
+        };
+        let key = sigs.key(
+            g,
+            &Candidate {
+                target: p.target,
+                sub_graph: p.sub_graph.clone(),
+                rule_name: String::new(),
+            },
+        );
+        if let Some((_, n)) = named.iter().find(|(k, _)| *k == key) {
+            p.name = n.clone();
+            continue;
+        }
+        let what = first_composite(&p.sub_graph)
+            .map(|c| {
+                c.strip_prefix(&format!("{compiler}."))
+                    .unwrap_or(&c)
+                    .to_string()
+            })
+            .unwrap_or_else(|| {
+                p.sub_graph
+                    .label
+                    .split('+')
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            });
+        let base = format!("collage_{}_{}", sanitize(compiler), sanitize(&what));
+        let base = base.trim_end_matches('_').to_string();
+        let mut name = base.clone();
+        let mut n = 0;
+        while named.iter().any(|(_, x)| *x == name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        named.push((key, name.clone()));
+        p.name = name;
+    }
+}
+
+/// The `Composite` name of the first composite (in node order) of a sub-graph.
+fn first_composite(sg: &SubGraph) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    let mut stack = vec![sg];
+    while let Some(s) = stack.pop() {
+        for (sub, attrs) in &s.nested {
+            for (k, v) in attrs {
+                if let (true, AttrValue::Str(name)) = (k == "Composite", v) {
+                    let first = sub.inside.first().unwrap_or(usize::MAX);
+                    if best.as_ref().is_none_or(|(f, _)| first < *f) {
+                        best = Some((first, name.clone()));
+                    }
+                }
+            }
+            stack.push(sub);
+        }
+    }
+    best.map(|(_, n)| n)
+}
+
+/// Characters outside `[A-Za-z0-9_]` become `_`; a leading digit gets a `_` in front.
+pub fn sanitize(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// Rewrites the graph's function with the BYOC partitions outlined into global functions.
+pub fn rewrite(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    parts: &[super::Partition],
+) -> Result<Module, PartitionError> {
+    let mut groups = Vec::new();
+    for p in parts {
+        if program.targets[p.target].compiler.is_none() {
+            continue;
+        }
+        for (sub, attrs) in &p.sub_graph.nested {
+            let mut attrs = attrs.clone();
+            attrs.retain(|(k, _)| k != "global_symbol");
+            attrs.push(("global_symbol".into(), AttrValue::Str(p.name.clone())));
+            groups.push((sub.clone(), attrs));
+        }
+    }
+    let mut m =
+        extract::rewrite_nested(g, &groups).map_err(|e| PartitionError::Rewrite(e.to_string()))?;
+    outline(&mut m);
+    crate::typeck::check(&mut m).map_err(|d| {
+        PartitionError::Rewrite(
+            d.iter()
+                .next()
+                .map_or_else(String::new, |x| x.message.clone()),
+        )
+    })?;
+    Ok(m)
+}
+
+/// Turns every called function literal with `global_symbol` into a global definition of that
+/// name (the first one of each name; later ones call it), called through `@name`.
+fn outline(m: &mut Module) {
+    let Some(main) = m.main() else { return };
+    let span = m.func(main).span;
+    let mut callees = Vec::new();
+    for e in m.exprs.iter() {
+        if let Expr::Call {
+            callee: Callee::Expr(c),
+            ..
+        } = e
+        {
+            if let Expr::Func(f) = m.exprs[c.index()] {
+                if let Some(AttrValue::Str(name)) = m.func(f).attr("global_symbol") {
+                    callees.push((*c, f, name.clone()));
+                }
+            }
+        }
+    }
+    for (c, f, name) in callees {
+        let existing = m
+            .globals
+            .iter()
+            .position(|gl| gl.name == name)
+            .map(|i| GlobalId(i as u32));
+        let gid = existing.unwrap_or_else(|| {
+            m.globals.push(Global {
+                name: name.clone(),
+                def: Some(f),
+                span,
+            });
+            let gid = GlobalId((m.globals.len() - 1) as u32);
+            m.defs.insert(0, (gid, f));
+            gid
+        });
+        m.exprs[c.index()] = Expr::Global(gid);
+    }
+}
+
+/// Prints the module, parses it back and checks that it equals `original` once the partition
+/// functions are inlined.
+pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String, String> {
+    let text = crate::relay::print::print_module(rewritten);
+    let mut sources = crate::source::SourceMap::new();
+    let file = sources.add("<partitioned>".to_string(), text.clone());
+    let reparsed = crate::relay::load(&sources, file).map_err(|d| {
+        format!(
+            "the partitioned program does not parse: {}",
+            d.iter()
+                .next()
+                .map_or_else(String::new, |x| x.message.clone())
+        )
+    })?;
+    crate::ir::inline::equal_after_inlining(original, &reparsed)
+        .map_err(|e| format!("the partitioned program differs from the input: {e}"))?;
+    Ok(text)
+}
+
+impl Plan {
+    /// The candidates chosen, as references.
+    pub fn chosen_candidates(&self) -> impl Iterator<Item = &Candidate> {
+        self.chosen.iter().map(|&k| &self.candidates[k])
+    }
+}

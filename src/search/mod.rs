@@ -1,0 +1,342 @@
+//! The search for the cheapest partitioning (collage-semantics §14, with BRIEF's corrections).
+//!
+//! States are sets of covered nodes; an edge adds one candidate that is disjoint from the
+//! state and contains its lowest uncovered node. Every exact cover of the nodes by disjoint
+//! candidates is reachable this way (order its candidates by their first node), so the cheapest
+//! path from the empty set to the full set is the cheapest partitioning.
+//!
+//! The search is A* with an admissible and consistent lower bound: every node is charged the
+//! smallest share `cost(c) / |c|` over the candidates `c` containing it, and the bound of a state
+//! is the sum over its uncovered nodes. A cover pays `Σ cost(c) = Σ_c Σ_{v∈c} cost(c)/|c|`, which
+//! is at least the bound, and one edge lowers the bound by at most its own cost, so the first
+//! time the full set is popped its cost is optimal. With [`Options::lower_bound`] off it is
+//! plain Dijkstra. Either way:
+//! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's Q9);
+//! * ties are broken deterministically: by cost, then by the order in which states were first
+//!   reached, and a state's best path changes only on a strictly cheaper one, so among equal
+//!   candidates the one earlier in the candidate list wins;
+//! * when no cover exists, the error names the lowest node no reachable state could cover.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// Search options.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Use the lower bound (A*). Off: Dijkstra. The result is the same.
+    pub lower_bound: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { lower_bound: true }
+    }
+}
+
+/// A candidate as the search sees it: the nodes it covers and its cost.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Covered nodes, increasing.
+    pub nodes: Vec<usize>,
+    /// Its cost (non-finite costs are never taken).
+    pub cost: f64,
+}
+
+/// The cheapest cover.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Solution {
+    /// The chosen items, in the order the search added them (by first node).
+    pub chosen: Vec<usize>,
+    /// Their total cost.
+    pub total: f64,
+    /// States taken off the queue.
+    pub states_expanded: usize,
+}
+
+/// Why there is no cover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SearchError {
+    /// Node `node` is in no usable candidate at all.
+    Uncovered {
+        /// The node.
+        node: usize,
+    },
+    /// Every node is in some candidate, but no disjoint combination covers them all; `node` is
+    /// the furthest lowest-uncovered node any state reached.
+    NoCover {
+        /// The node.
+        node: usize,
+    },
+}
+
+/// A candidate's nodes as (word, mask) pairs.
+struct Mask(Vec<(u32, u64)>);
+
+impl Mask {
+    fn new(nodes: &[usize]) -> Mask {
+        let mut out: Vec<(u32, u64)> = Vec::new();
+        for &i in nodes {
+            let w = (i / 64) as u32;
+            let b = 1u64 << (i % 64);
+            match out.last_mut() {
+                Some((lw, m)) if *lw == w => *m |= b,
+                _ => out.push((w, b)),
+            }
+        }
+        Mask(out)
+    }
+
+    fn intersects(&self, words: &[u64]) -> bool {
+        self.0.iter().any(|&(w, m)| words[w as usize] & m != 0)
+    }
+
+    fn add_to(&self, words: &mut [u64]) {
+        for &(w, m) in &self.0 {
+            words[w as usize] |= m;
+        }
+    }
+}
+
+struct State {
+    covered: Box<[u64]>,
+    /// Lowest uncovered node (== n when everything is covered).
+    next: usize,
+    cost: f64,
+    bound: f64,
+    pred: u32,
+    via: u32,
+    done: bool,
+}
+
+/// Heap entry: smallest (cost + bound), then the earliest-reached state.
+#[derive(PartialEq)]
+struct Entry(f64, u32);
+
+impl Eq for Entry {}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Entry) -> Ordering {
+        other
+            .0
+            .total_cmp(&self.0)
+            .then_with(|| other.1.cmp(&self.1))
+    }
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The cheapest cover of nodes `0..n` by pairwise-disjoint items.
+pub fn search(n: usize, items: &[Item], opts: Options) -> Result<Solution, SearchError> {
+    search_among(n, items, &|_| true, opts)
+}
+
+/// [`search`] using only the items `allowed` accepts.
+pub fn search_among(
+    n: usize,
+    items: &[Item],
+    allowed: &dyn Fn(usize) -> bool,
+    opts: Options,
+) -> Result<Solution, SearchError> {
+    let usable_item = |it: &Item| it.cost.is_finite() && it.cost >= 0.0 && !it.nodes.is_empty();
+    let allowed: Vec<bool> = (0..items.len()).map(allowed).collect();
+    // Buckets by first node, in item order.
+    let mut bucket: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut share = vec![f64::INFINITY; n];
+    let usable = |k: usize| allowed[k] && usable_item(&items[k]);
+    for (k, it) in items.iter().enumerate() {
+        if !usable(k) || it.nodes.iter().any(|&i| i >= n) {
+            continue;
+        }
+        bucket[it.nodes[0]].push(k as u32);
+        let s = it.cost / it.nodes.len() as f64;
+        for &i in &it.nodes {
+            if s < share[i] {
+                share[i] = s;
+            }
+        }
+    }
+    if let Some(node) = (0..n).find(|&i| share[i].is_infinite()) {
+        return Err(SearchError::Uncovered { node });
+    }
+    if !opts.lower_bound {
+        share.iter_mut().for_each(|s| *s = 0.0);
+    }
+    let masks: Vec<Option<Mask>> = items
+        .iter()
+        .enumerate()
+        .map(|(k, it)| usable(k).then(|| Mask::new(&it.nodes)))
+        .collect();
+    let words = n.div_ceil(64);
+    let mut states: Vec<State> = Vec::new();
+    let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
+    let mut heap = BinaryHeap::new();
+    let start: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+    let bound0: f64 = share.iter().sum();
+    index.insert(start.clone(), 0);
+    states.push(State {
+        covered: start,
+        next: 0,
+        cost: 0.0,
+        bound: bound0,
+        pred: NONE,
+        via: NONE,
+        done: false,
+    });
+    heap.push(Entry(bound0, 0));
+    let mut expanded = 0;
+    let mut furthest = 0;
+    let mut scratch = vec![0u64; words];
+    while let Some(Entry(key, s)) = heap.pop() {
+        let st = &states[s as usize];
+        if st.done || key != st.cost + st.bound {
+            continue;
+        }
+        states[s as usize].done = true;
+        expanded += 1;
+        let st = &states[s as usize];
+        let next = st.next;
+        furthest = furthest.max(next);
+        if next == n {
+            let total = st.cost;
+            let mut chosen = Vec::new();
+            let mut at = s;
+            while states[at as usize].pred != NONE {
+                chosen.push(states[at as usize].via as usize);
+                at = states[at as usize].pred;
+            }
+            chosen.reverse();
+            return Ok(Solution {
+                chosen,
+                total,
+                states_expanded: expanded,
+            });
+        }
+        let (base_cost, base_bound) = (st.cost, st.bound);
+        for &k in &bucket[next] {
+            let Some(mask) = &masks[k as usize] else {
+                continue;
+            };
+            let st = &states[s as usize];
+            if mask.intersects(&st.covered) {
+                continue;
+            }
+            scratch.copy_from_slice(&st.covered);
+            mask.add_to(&mut scratch);
+            let item = &items[k as usize];
+            let cost = base_cost + item.cost;
+            match index.get(scratch.as_slice()) {
+                Some(&t) => {
+                    let ts = &mut states[t as usize];
+                    if ts.done || cost >= ts.cost {
+                        continue;
+                    }
+                    ts.cost = cost;
+                    ts.pred = s;
+                    ts.via = k;
+                    heap.push(Entry(cost + ts.bound, t));
+                }
+                None => {
+                    let mut bound = base_bound;
+                    for &i in &item.nodes {
+                        bound -= share[i];
+                    }
+                    let bound = if opts.lower_bound {
+                        bound.max(0.0)
+                    } else {
+                        0.0
+                    };
+                    let mut nx = next;
+                    while nx < n && scratch[nx / 64] >> (nx % 64) & 1 == 1 {
+                        nx += 1;
+                    }
+                    let t = states.len() as u32;
+                    let covered: Box<[u64]> = scratch.clone().into_boxed_slice();
+                    index.insert(covered.clone(), t);
+                    states.push(State {
+                        covered,
+                        next: nx,
+                        cost,
+                        bound,
+                        pred: s,
+                        via: k,
+                        done: false,
+                    });
+                    heap.push(Entry(cost + bound, t));
+                }
+            }
+        }
+    }
+    Err(SearchError::NoCover { node: furthest })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(nodes: &[usize], cost: f64) -> Item {
+        Item {
+            nodes: nodes.to_vec(),
+            cost,
+        }
+    }
+
+    #[test]
+    fn picks_the_cheaper_cover() {
+        let items = vec![
+            item(&[0], 1.0),
+            item(&[1], 1.0),
+            item(&[0, 1], 1.5),
+            item(&[2], 0.0),
+        ];
+        for lb in [false, true] {
+            let s = search(3, &items, Options { lower_bound: lb }).unwrap();
+            assert_eq!(s.chosen, vec![2, 3]);
+            assert_eq!(s.total, 1.5);
+        }
+    }
+
+    #[test]
+    fn invalid_and_unknown_costs_are_never_taken() {
+        let items = vec![
+            item(&[0, 1], f64::INFINITY),
+            item(&[0, 1], f64::NAN),
+            item(&[0], 5.0),
+            item(&[1], 5.0),
+        ];
+        let s = search(2, &items, Options::default()).unwrap();
+        assert_eq!(s.chosen, vec![2, 3]);
+        let only_bad = vec![item(&[0], f64::INFINITY)];
+        assert_eq!(
+            search(1, &only_bad, Options::default()),
+            Err(SearchError::Uncovered { node: 0 })
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_earlier_candidate() {
+        let items = vec![
+            item(&[0, 1], 2.0),
+            item(&[0, 1], 2.0),
+            item(&[0], 1.0),
+            item(&[1], 1.0),
+        ];
+        let s = search(2, &items, Options::default()).unwrap();
+        assert_eq!(s.chosen, vec![0]);
+    }
+
+    #[test]
+    fn no_cover_names_the_stuck_node() {
+        // Every node is in two candidates, but any two of them overlap.
+        let items = vec![item(&[0, 1], 1.0), item(&[1, 2], 1.0), item(&[0, 2], 1.0)];
+        assert_eq!(
+            search(3, &items, Options::default()),
+            Err(SearchError::NoCover { node: 2 })
+        );
+    }
+}

@@ -18,6 +18,9 @@ pub type Key = Vec<u32>;
 pub struct Signatures {
     /// The interned id of each node's signature.
     id: Vec<u32>,
+    /// The interned id of each node as an input of a candidate: its signature when it is
+    /// copied into extracted functions (scalar constants, operators), else only its type.
+    input_id: Vec<u32>,
     /// Interned attribute lists of nested functions.
     attrs: HashMap<String, u32>,
 }
@@ -29,13 +32,21 @@ impl Signatures {
     pub fn new(g: &DataflowGraph<'_>) -> Signatures {
         let mut intern: HashMap<String, u32> = HashMap::new();
         let mut id = Vec::with_capacity(g.len());
+        let mut input_id = Vec::with_capacity(g.len());
         for i in 0..g.len() {
             let s = node_signature(g, i);
+            let as_input = input_signature(g, i, &s);
             let next = intern.len() as u32;
             id.push(*intern.entry(s).or_insert(next));
+            let next = intern.len() as u32;
+            input_id.push(*intern.entry(as_input).or_insert(next));
         }
         let attrs = HashMap::new();
-        Signatures { id, attrs }
+        Signatures {
+            id,
+            input_id,
+            attrs,
+        }
     }
 
     /// The key of a candidate.
@@ -66,7 +77,7 @@ impl Signatures {
                             }
                         };
                         out.push(p as u32);
-                        out.push(self.id[j]);
+                        out.push(self.input_id[j]);
                     }
                 }
             }
@@ -115,6 +126,19 @@ fn operand_nodes(g: &DataflowGraph<'_>, i: usize) -> Vec<usize> {
         });
     }
     out
+}
+
+/// What an outside node contributes to a candidate that uses it: all of it when extraction
+/// copies it in, else only its type (it becomes a parameter).
+fn input_signature(g: &DataflowGraph<'_>, i: usize, sig: &str) -> String {
+    if g.inlinable[i] {
+        return sig.to_string();
+    }
+    let ty = g
+        .expr(i)
+        .and_then(|e| g.module.ty(e))
+        .map_or_else(|| "?".to_string(), |t| t.to_string());
+    format!("param:{ty}")
 }
 
 /// What a node is, independent of its position: operator, attributes, type, scalar value.
@@ -168,7 +192,7 @@ fn fingerprint_sub_graph(g: &DataflowGraph<'_>, sg: &SubGraph, h: &mut Fnv) {
                         params.len() - 1
                     });
                     h.write_u64(1 << 40 | p as u64);
-                    h.write(node_signature(g, j).as_bytes());
+                    h.write(input_signature(g, j, &node_signature(g, j)).as_bytes());
                 }
             }
         }

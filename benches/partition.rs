@@ -1,0 +1,88 @@
+//! `collage partition` benchmarks: the whole pipeline (enumerate, estimate, search, baselines,
+//! rewrite and the round-trip check) as the command runs it.
+//!
+//! * `partition <model> (all shipped targets, analytic)`: the shipped library, analytic costs.
+//! * `partition <model> (reference configuration, mock)`: the configuration TVM's own
+//!   CollagePartition was measured with (BRIEF): native TVM plus one BYOC target with relu,
+//!   add and concatenate patterns (`benches/reference.rules`), mock costs, depths 8 and 8, no
+//!   baselines.
+//!
+//! Run with `cargo bench --bench partition`.
+
+use collage::cost::analytic::Analytic;
+use collage::cost::mock::Mock;
+use collage::cost::Estimator;
+use collage::enumerate::DataflowGraph;
+use collage::ir::Module;
+use collage::partition::{self, finalize, Options, Silent};
+use collage::ruletree::Program;
+use collage::sema::{check, Provider};
+use collage::source::SourceMap;
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn load(sources: &mut SourceMap, name: &str) -> Module {
+    let path = format!("{}/tests/models/{name}.relay", env!("CARGO_MANIFEST_DIR"));
+    let file = sources.add(&path, std::fs::read_to_string(&path).expect("model"));
+    collage::relay::load(sources, file).expect("model loads")
+}
+
+fn run(m: &Module, program: &Program, est: &dyn Estimator, opts: &Options) -> f64 {
+    let g = DataflowGraph::new(m, m.main().expect("@main"));
+    let plan = partition::partition(&g, program, est, opts, &Silent).expect("partitions");
+    let out = partition::rewrite(&g, program, &plan).expect("rewrites");
+    finalize::check_round_trip(m, &out).expect("round trip");
+    plan.total
+}
+
+fn bench_partition(c: &mut Criterion) {
+    let mut sources = SourceMap::new();
+    let library = check(
+        &mut sources,
+        &Provider::Embedded(collage::library::LIBRARY),
+        &collage::library::roots(),
+    )
+    .program
+    .expect("the shipped library checks");
+    let prelude = collage::library::LIBRARY
+        .iter()
+        .find(|(n, _)| *n == "rules/prelude.rules")
+        .map(|(_, t)| *t)
+        .expect("prelude");
+    let reference_text = include_str!("reference.rules");
+    let table = [
+        ("rules/prelude.rules", prelude),
+        ("rules/reference.rules", reference_text),
+    ];
+    let reference = check(
+        &mut sources,
+        &Provider::Embedded(&table),
+        &[std::path::PathBuf::from("rules/reference.rules")],
+    )
+    .program
+    .expect("the reference rules check");
+    let mock = Mock {
+        costs: vec![("tvm".into(), 1.0), ("example".into(), 0.9)],
+    };
+    for name in ["mnist", "resnet50", "mobilenet", "gpt2"] {
+        let m = load(&mut sources, name);
+        c.bench_function(
+            &format!("partition {name} (all shipped targets, analytic)"),
+            |b| b.iter(|| run(&m, &library, &Analytic, &Options::default())),
+        );
+        let opts = Options {
+            baselines: false,
+            ..Options::default()
+        };
+        c.bench_function(
+            &format!("partition {name} (reference configuration, mock)"),
+            |b| b.iter(|| run(&m, &reference, &mock, &opts)),
+        );
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10);
+    targets = bench_partition
+}
+criterion_main!(benches);

@@ -12,7 +12,6 @@
 //! * The rewritten module is type-checked, printed, parsed back and compared with the input
 //!   after inlining every partition function ([`crate::ir::inline`]).
 
-use super::greedy::MERGED;
 use super::{PartitionError, Plan};
 use crate::cost::key::Signatures;
 use crate::enumerate::{extract, Candidate, DataflowGraph, SubGraph};
@@ -49,43 +48,28 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
             parts.push(p);
         }
     }
-    parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
     // Coalesce touching BYOC partitions of one target.
-    let mut changed = true;
-    while changed {
-        changed = false;
-        let mut i = 0;
-        while i < parts.len() {
-            let mut j = i + 1;
-            while j < parts.len() {
-                let (a, b) = (&parts[i], &parts[j]);
-                let union = if a.target == b.target
-                    && program.targets[a.target].compiler.is_some()
-                    && (a.sub_graph.touches(g, &b.sub_graph)
-                        || b.sub_graph.touches(g, &a.sub_graph))
-                {
-                    a.sub_graph
-                        .disjoint_union(g, &b.sub_graph)
-                        .filter(|u| u.is_valid(g, &MERGED))
-                } else {
-                    None
-                };
-                match union {
-                    Some(u) => {
-                        let b = parts.remove(j);
-                        let a = &mut parts[i];
-                        a.sub_graph = u;
-                        a.cost += b.cost;
-                        a.parts.extend(b.parts);
-                        changed = true;
-                        j = i + 1;
-                    }
-                    None => j += 1,
-                }
-            }
-            i += 1;
-        }
-    }
+    let byoc = |t: usize| program.targets[t].compiler.is_some();
+    let merged = super::greedy::merge_touching_by(
+        g,
+        parts
+            .into_iter()
+            .map(|p| {
+                let sg = p.sub_graph.clone();
+                (sg, p)
+            })
+            .collect(),
+        |a, b| a.target == b.target && byoc(a.target),
+        |mut a, b| {
+            a.cost += b.cost;
+            a.parts.extend(b.parts);
+            a
+        },
+    );
+    let mut parts: Vec<super::Partition> = merged
+        .into_iter()
+        .map(|(sub_graph, p)| super::Partition { sub_graph, ..p })
+        .collect();
     parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
     name_partitions(g, program, &mut parts);
     if let Some(h) = host {

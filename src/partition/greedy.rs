@@ -46,35 +46,71 @@ pub fn regions(g: &DataflowGraph<'_>, candidates: &[Candidate], t: usize) -> Vec
         .collect()
 }
 
-/// Merges touching sub-graphs while the union is valid under [`MERGED`]: each part absorbs
-/// the later parts it can, in order, until nothing changes. The result is sorted in node order.
-pub fn merge_touching(g: &DataflowGraph<'_>, mut parts: Vec<SubGraph>) -> Vec<SubGraph> {
+/// Merges touching sub-graphs while the union is valid under [`MERGED`]. The result is sorted
+/// in node order.
+pub fn merge_touching(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> Vec<SubGraph> {
+    merge_touching_by(g, parts.into_iter().map(|p| (p, ())).collect(), |_, _| true, |_, _| ())
+        .into_iter()
+        .map(|(p, ())| p)
+        .collect()
+}
+
+/// Merges touching parts whose payloads `can_merge`, while the union is valid under [`MERGED`]:
+/// each part, in order, absorbs its touching neighbours (lowest first) until none is left, and
+/// passes repeat until nothing changes. Neighbours are found through the nodes feeding and fed
+/// by a part, so the work is proportional to the edges between parts. Payloads of merged parts
+/// are combined with `combine`. The result is sorted in node order.
+pub fn merge_touching_by<T>(
+    g: &DataflowGraph<'_>,
+    parts: Vec<(SubGraph, T)>,
+    can_merge: impl Fn(&T, &T) -> bool,
+    combine: impl Fn(T, T) -> T,
+) -> Vec<(SubGraph, T)> {
+    let mut owner = vec![usize::MAX; g.len()];
+    for (k, (p, _)) in parts.iter().enumerate() {
+        for i in p.inside.iter() {
+            owner[i] = k;
+        }
+    }
+    let mut slots: Vec<Option<(SubGraph, T)>> = parts.into_iter().map(Some).collect();
     let mut changed = true;
     while changed {
         changed = false;
-        let mut i = 0;
-        while i < parts.len() {
-            let mut j = i + 1;
-            while j < parts.len() {
-                let (a, b) = (&parts[i], &parts[j]);
-                let union = if a.touches(g, b) || b.touches(g, a) {
-                    a.disjoint_union(g, b).filter(|u| u.is_valid(g, &MERGED))
-                } else {
-                    None
-                };
-                match union {
-                    Some(u) => {
-                        parts[i] = u;
-                        parts.remove(j);
-                        changed = true;
-                        j = i + 1;
+        for i in 0..slots.len() {
+            loop {
+                let Some((a, ta)) = &slots[i] else { break };
+                let mut neighbours: Vec<usize> = a
+                    .output
+                    .iter()
+                    .chain(a.input.iter())
+                    .map(|o| owner[o])
+                    .filter(|&j| j != i && j != usize::MAX)
+                    .collect();
+                neighbours.sort_unstable();
+                neighbours.dedup();
+                let mut merged = None;
+                for j in neighbours {
+                    let Some((b, tb)) = &slots[j] else { continue };
+                    if !can_merge(ta, tb) || !(a.touches(g, b) || b.touches(g, a)) {
+                        continue;
                     }
-                    None => j += 1,
+                    if let Some(u) = a.disjoint_union(g, b).filter(|u| u.is_valid(g, &MERGED)) {
+                        merged = Some((j, u));
+                        break;
+                    }
                 }
+                let Some((j, u)) = merged else { break };
+                let (b, tb) = slots[j].take().expect("neighbour present");
+                let (_, ta) = slots[i].take().expect("part present");
+                for n in b.inside.iter() {
+                    owner[n] = i;
+                }
+                slots[i] = Some((u, combine(ta, tb)));
+                changed = true;
             }
-            i += 1;
         }
     }
-    parts.sort_by(|a, b| a.order(b));
-    parts
+    let mut out: Vec<(SubGraph, T)> = slots.into_iter().flatten().collect();
+    out.sort_by(|a, b| a.0.order(&b.0));
+    out
 }

@@ -177,12 +177,21 @@ pub fn partition(
         if program.targets[t].compiler.is_none() {
             continue;
         }
+        let regions = greedy::regions(g, &candidates, t);
+        let existing: std::collections::HashMap<&SubGraph, usize> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.target == t)
+            .map(|(k, c)| (&c.sub_graph, k))
+            .collect();
+        let found: Vec<Option<usize>> = regions
+            .iter()
+            .map(|r| existing.get(&r.sub_graph).copied())
+            .collect();
+        drop(existing);
         let mut mine = Vec::new();
-        for region in greedy::regions(g, &candidates, t) {
-            let existing = candidates
-                .iter()
-                .position(|c| c.target == t && c.sub_graph == region.sub_graph);
-            mine.push(existing.unwrap_or_else(|| {
+        for (region, found) in regions.into_iter().zip(found) {
+            mine.push(found.unwrap_or_else(|| {
                 candidates.push(Candidate {
                     rule_name: format!("{}.greedy", program.targets[t].name),
                     ..region
@@ -326,8 +335,10 @@ fn compute_baselines(
             .find(|(t, _)| *t == ti)
             .map_or(&[], |(_, r)| r.as_slice());
         let mut taken = IndexSet::new(n);
+        let mut is_region = vec![false; candidates.len()];
         for &k in regions {
             taken.union_with(&candidates[k].sub_graph.inside);
+            is_region[k] = true;
         }
         out.push(Baseline {
             name: format!("greedy:{}", t.name),
@@ -335,7 +346,7 @@ fn compute_baselines(
                 n,
                 items,
                 &|k| {
-                    regions.contains(&k)
+                    is_region[k]
                         || (base(candidates[k].target)
                             && !candidates[k].sub_graph.inside.intersects(&taken))
                 },

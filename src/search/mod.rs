@@ -86,18 +86,27 @@ impl Mask {
         Mask(out)
     }
 
-    fn intersects(&self, words: &[u64]) -> bool {
-        self.0.iter().any(|&(w, m)| words[w as usize] & m != 0)
+    fn intersects(&self, covered: &[u64]) -> bool {
+        self.0
+            .iter()
+            .any(|&(w, m)| covered_word(covered, w as usize) & m != 0)
     }
+}
 
-    fn add_to(&self, words: &mut [u64]) {
-        for &(w, m) in &self.0 {
-            words[w as usize] |= m;
-        }
+/// A covered set in compact form: `[base, words from word `base` on...]`, without trailing zero
+/// words; every word before `base` is full. With `base = next / 64`, states differ only in a
+/// short window after their lowest uncovered node, so keys stay small however large the graph.
+fn covered_word(covered: &[u64], w: usize) -> u64 {
+    let base = covered[0] as usize;
+    if w < base {
+        !0
+    } else {
+        covered.get(1 + w - base).copied().unwrap_or(0)
     }
 }
 
 struct State {
+    /// The covered set in compact form (see [`covered_word`]).
     covered: Box<[u64]>,
     /// Lowest uncovered node (== n when everything is covered).
     next: usize,
@@ -172,11 +181,10 @@ pub fn search_among(
         .enumerate()
         .map(|(k, it)| usable(k).then(|| Mask::new(&it.nodes)))
         .collect();
-    let words = n.div_ceil(64);
     let mut states: Vec<State> = Vec::new();
     let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
     let mut heap = BinaryHeap::new();
-    let start: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+    let start: Box<[u64]> = vec![0u64].into_boxed_slice();
     let bound0: f64 = share.iter().sum();
     index.insert(start.clone(), 0);
     states.push(State {
@@ -191,7 +199,8 @@ pub fn search_among(
     heap.push(Entry(bound0, 0));
     let mut expanded = 0;
     let mut furthest = 0;
-    let mut scratch = vec![0u64; words];
+    let mut scratch: Vec<u64> = Vec::new();
+    let mut keybuf: Vec<u64> = Vec::new();
     while let Some(Entry(key, s)) = heap.pop() {
         let st = &states[s as usize];
         if st.done || key != st.cost + st.bound {
@@ -226,11 +235,32 @@ pub fn search_among(
             if mask.intersects(&st.covered) {
                 continue;
             }
-            scratch.copy_from_slice(&st.covered);
-            mask.add_to(&mut scratch);
+            // The union, as words from `base` on (every mask word is at or after `base`, since
+            // the item's first node is `next`).
+            let base = st.covered[0] as usize;
+            scratch.clear();
+            scratch.extend_from_slice(&st.covered[1..]);
+            for &(w, m) in &mask.0 {
+                let i = w as usize - base;
+                if scratch.len() <= i {
+                    scratch.resize(i + 1, 0);
+                }
+                scratch[i] |= m;
+            }
+            let mut nx = next;
+            while nx < n && scratch.get(nx / 64 - base).copied().unwrap_or(0) >> (nx % 64) & 1 == 1 {
+                nx += 1;
+            }
+            let new_base = nx / 64;
+            keybuf.clear();
+            keybuf.push(new_base as u64);
+            keybuf.extend_from_slice(&scratch[(new_base - base).min(scratch.len())..]);
+            while keybuf.len() > 1 && keybuf.last() == Some(&0) {
+                keybuf.pop();
+            }
             let item = &items[k as usize];
             let cost = base_cost + item.cost;
-            match index.get(scratch.as_slice()) {
+            match index.get(keybuf.as_slice()) {
                 Some(&t) => {
                     let ts = &mut states[t as usize];
                     if ts.done || cost >= ts.cost {
@@ -251,12 +281,8 @@ pub fn search_among(
                     } else {
                         0.0
                     };
-                    let mut nx = next;
-                    while nx < n && scratch[nx / 64] >> (nx % 64) & 1 == 1 {
-                        nx += 1;
-                    }
                     let t = states.len() as u32;
-                    let covered: Box<[u64]> = scratch.clone().into_boxed_slice();
+                    let covered: Box<[u64]> = keybuf.clone().into_boxed_slice();
                     index.insert(covered.clone(), t);
                     states.push(State {
                         covered,

@@ -18,3 +18,4 @@ pub mod sema;
 pub mod source;
 pub mod typeck;
 pub mod util;
+pub mod work;

@@ -13,3 +13,4 @@ mod relay;
 mod robustness;
 mod robustness_dsl;
 mod support;
+mod work;

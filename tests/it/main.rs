@@ -7,6 +7,7 @@ mod enumerate;
 mod enumerate_props;
 mod extract;
 mod fuse;
+mod generate;
 mod models;
 mod mutate;
 mod relay;

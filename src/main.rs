@@ -35,7 +35,6 @@ enum Command {
         #[arg(long)]
         no_type_comments: bool,
     },
-    /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     /// List the candidate partitions each target's rules produce for a model.
     Candidates {
         /// The model file (`.relay`).
@@ -56,6 +55,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
         /// The model file (`.relay`).
         model: PathBuf,

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod dsl;
 pub mod enumerate;
 pub mod fuse;
+pub mod gen;
 pub mod ir;
 pub mod library;
 pub mod ops;

@@ -35,7 +35,6 @@ enum Command {
         #[arg(long)]
         no_type_comments: bool,
     },
-    /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     /// List the candidate partitions each target's rules produce for a model.
     Candidates {
         /// The model file (`.relay`).
@@ -99,6 +98,7 @@ enum Command {
         #[arg(long)]
         dijkstra: bool,
     },
+    /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -108,6 +108,36 @@ enum Command {
         /// Print the groups as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Generate a large model as RelayScript, for scaling benchmarks.
+    Generate {
+        #[command(subcommand)]
+        model: GenerateModel,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GenerateModel {
+    /// A GPT-2 whose layers are those of the corpus model `gpt2.relay` (12 layers is that model).
+    Gpt2 {
+        /// Transformer layers.
+        #[arg(long, value_name = "N", default_value_t = 12)]
+        layers: usize,
+        /// Write the model to this file (atomically) instead of standard output.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// A BERT-large-style encoder (hidden 1024, 16 heads, feed-forward 4096).
+    Bert {
+        /// Encoder layers.
+        #[arg(long, value_name = "N", default_value_t = collage::gen::BERT_LARGE_LAYERS)]
+        layers: usize,
+        /// Tokens in the input sequence.
+        #[arg(long, value_name = "S", default_value_t = 128)]
+        seq: usize,
+        /// Write the model to this file (atomically) instead of standard output.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
     },
 }
 
@@ -207,5 +237,17 @@ fn run(cli: Cli) -> Outcome {
             };
             driver::partition::partition_command(&req)
         }
+        Command::Generate { model } => match model {
+            GenerateModel::Gpt2 { layers, output } => {
+                driver::generate_command(driver::Generated::Gpt2 { layers }, output.as_deref())
+            }
+            GenerateModel::Bert {
+                layers,
+                seq,
+                output,
+            } => {
+                driver::generate_command(driver::Generated::Bert { layers, seq }, output.as_deref())
+            }
+        },
     }
 }

@@ -201,7 +201,11 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
 
 mod candidates;
 mod fuse;
+mod generate;
 pub mod partition;
 
 pub use candidates::candidates_command;
 pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};
+pub use generate::{
+    generate_command, write_atomically, Generated, MAX_GENERATED_LAYERS, MAX_GENERATED_SEQ,
+};

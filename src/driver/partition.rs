@@ -272,27 +272,16 @@ fn error_diagnostic(
     }
 }
 
-/// Writes a file through a temporary file in the same directory and a rename.
+/// Writes an output file atomically, or reports why it cannot.
 fn write_atomically(path: &Path, text: &str) -> Result<(), Outcome> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let name = path
-        .file_name()
-        .map_or_else(|| "out".to_string(), |n| n.to_string_lossy().into_owned());
-    let tmp = match dir {
-        Some(d) => d.join(format!(".{name}.{}.tmp", std::process::id())),
-        None => PathBuf::from(format!(".{name}.{}.tmp", std::process::id())),
-    };
-    let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
+    super::generate::write_atomically(path, text.as_bytes()).map_err(|e| {
         eprintln!(
             "error[{}]: cannot write `{}`: {e}",
             diag::E0902.id,
             path.display()
         );
-        return Err(Outcome::Usage);
-    }
-    Ok(())
+        Outcome::Usage
+    })
 }
 
 /// `%name` or `#index` of a node.
@@ -392,7 +381,19 @@ pub fn report_table(
             lines_text
         );
     }
-    let _ = writeln!(out, "total: {}", fmt_cost(plan.total));
+    match plan.greedy_source {
+        None => {
+            let _ = writeln!(out, "total: {}", fmt_cost(plan.total));
+        }
+        Some(t) => {
+            let _ = writeln!(
+                out,
+                "total: {} (the greedy {} placement: cheaper than every cover by the enumerated candidates)",
+                fmt_cost(plan.total),
+                program.targets[t].name
+            );
+        }
+    }
     if !plan.baselines.is_empty() {
         let _ = writeln!(out, "baselines:");
         let w = plan
@@ -496,6 +497,10 @@ pub fn report_json(
         "functions": [{
             "name": "main",
             "total_cost": plan.total,
+            "source": match plan.greedy_source {
+                None => "search".to_string(),
+                Some(t) => format!("greedy:{}", program.targets[t].name),
+            },
             "partitions": partitions,
             "baselines": baselines,
         }],

@@ -49,10 +49,15 @@ pub fn regions(g: &DataflowGraph<'_>, candidates: &[Candidate], t: usize) -> Vec
 /// Merges touching sub-graphs while the union is valid under [`MERGED`]. The result is sorted
 /// in node order.
 pub fn merge_touching(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> Vec<SubGraph> {
-    merge_touching_by(g, parts.into_iter().map(|p| (p, ())).collect(), |_, _| true, |_, _| ())
-        .into_iter()
-        .map(|(p, ())| p)
-        .collect()
+    merge_touching_by(
+        g,
+        parts.into_iter().map(|p| (p, ())).collect(),
+        |_, _| true,
+        |_, _| (),
+    )
+    .into_iter()
+    .map(|(p, ())| p)
+    .collect()
 }
 
 /// Merges touching parts whose payloads `can_merge`, while the union is valid under [`MERGED`]:

@@ -1,10 +1,12 @@
 //! `collage partition`: enumerate candidates, price them, search for the cheapest cover,
 //! coalesce and rewrite (collage-semantics §10–§16, with BRIEF's corrections).
 //!
-//! * Every BYOC target's greedy `partition_for_X`-style regions ([`greedy`]) are offered as
-//!   candidates too, so the search space contains the greedy placement and the optimum is never
-//!   worse than it (the RFC's success metric 3), even where greedy regions exceed the depth
-//!   limits.
+//! * Every BYOC target's greedy `partition_for_X`-style placement ([`greedy`]: its regions,
+//!   which may exceed the depth limits, and the cheapest native cover of the rest) is a
+//!   solution too: the result is the search's cover unless a greedy placement is strictly
+//!   cheaper, so it is never worse than any of them (the RFC's success metric 3). Greedy
+//!   regions are not mixed into the search itself: they span far, and covered sets differing
+//!   far beyond the lowest uncovered node make the number of states grow exponentially.
 //! * Candidates are priced once per structure and target ([`crate::cost::cache`]); each
 //!   candidate of a target with a `transition` block also pays that target's transition
 //!   penalty ([`transition_penalty`]).
@@ -95,6 +97,11 @@ pub struct Plan {
     pub partitions: Vec<Partition>,
     /// Total cost.
     pub total: f64,
+    /// The BYOC target whose greedy placement was chosen because it is cheaper than every
+    /// cover by enumerated candidates (`None`: the search's cover).
+    pub greedy_source: Option<usize>,
+    /// Candidates before this index were enumerated; the rest are greedy regions.
+    pub enumerated: usize,
     /// Baselines.
     pub baselines: Vec<Baseline>,
     /// Counters.
@@ -172,6 +179,7 @@ pub fn partition(
 ) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
     let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits).candidates;
+    let enumerated = candidates.len();
     let mut greedy_regions: Vec<(usize, Vec<usize>)> = Vec::new();
     for t in 0..program.targets.len() {
         if program.targets[t].compiler.is_none() {
@@ -216,8 +224,12 @@ pub fn partition(
             cost: search_cost(cost, p),
         })
         .collect();
+    // Greedy regions that are not also enumerated candidates take part only as whole greedy
+    // placements: mixed into the search they would let covered sets differ far beyond the
+    // lowest uncovered node, and the number of states would grow exponentially with the model.
+    let searchable = |k: usize| k < enumerated;
     progress.phase("searching", 0);
-    let sol = match search::search(g.len(), &items, opts.search) {
+    let sol = match search::search_among(g.len(), &items, &searchable, opts.search) {
         Ok(s) => s,
         Err(SearchError::Uncovered { node }) => {
             let unusable = candidates
@@ -230,23 +242,55 @@ pub fn partition(
         }
         Err(SearchError::NoCover { node }) => return Err(PartitionError::NoCover { node }),
     };
+    let mut states_expanded = sol.states_expanded;
+    // Each BYOC target's greedy placement: its greedy regions, fixed, and the cheapest cover of
+    // the rest by the native targets and the host.
+    let mut greedy_placements: Vec<(usize, Option<search::Solution>)> = Vec::new();
+    for (t, regions) in &greedy_regions {
+        let placement = greedy_placement(g, program, &candidates, regions, &items, opts);
+        if let Some(p) = &placement {
+            states_expanded += p.states_expanded;
+        }
+        greedy_placements.push((*t, placement));
+    }
+    // The result: the search's cover, or a greedy placement where one is strictly cheaper.
+    let mut best = sol;
+    let mut source = None;
+    for (t, p) in &greedy_placements {
+        if let Some(p) = p {
+            if p.total < best.total {
+                best = p.clone();
+                source = Some(*t);
+            }
+        }
+    }
     let mut baselines = Vec::new();
     if opts.baselines {
         progress.phase("baselines", 0);
-        baselines = compute_baselines(g, program, &candidates, &greedy_regions, &items, opts);
+        baselines = compute_baselines(
+            g,
+            program,
+            &candidates,
+            enumerated,
+            &greedy_placements,
+            &items,
+            opts,
+        );
     }
     let stats = Stats {
         candidates: candidates.len(),
         estimates: est.calls,
-        states_expanded: sol.states_expanded,
+        states_expanded,
     };
     let mut plan = Plan {
         candidates,
         costs: est.costs,
         penalties,
-        chosen: sol.chosen,
+        chosen: best.chosen,
         partitions: Vec::new(),
-        total: sol.total,
+        total: best.total,
+        greedy_source: source,
+        enumerated,
         baselines,
         stats,
     };
@@ -284,7 +328,7 @@ pub fn transition_penalty(g: &DataflowGraph<'_>, program: &Program, c: &Candidat
     p
 }
 
-/// Which targets are native (not BYOC, not host).
+/// Whether a target is native (not BYOC, not host).
 fn is_native(program: &Program, t: usize) -> bool {
     let t = &program.targets[t];
     t.compiler.is_none() && !t.is_host
@@ -302,19 +346,53 @@ fn restricted(
         .map(|s| s.total)
 }
 
+/// The cheapest cover made of the given greedy regions and native and host candidates disjoint
+/// from them.
+fn greedy_placement(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    candidates: &[Candidate],
+    regions: &[usize],
+    items: &[Item],
+    opts: &Options,
+) -> Option<search::Solution> {
+    let mut taken = IndexSet::new(g.len());
+    let mut is_region = vec![false; candidates.len()];
+    for &k in regions {
+        taken.union_with(&candidates[k].sub_graph.inside);
+        is_region[k] = true;
+    }
+    let keep = |k: usize| {
+        is_region[k]
+            || (is_base(program, candidates[k].target)
+                && !candidates[k].sub_graph.inside.intersects(&taken))
+    };
+    search::search_among(g.len(), items, &keep, opts.search).ok()
+}
+
+/// Native targets and the host: what every baseline may use.
+fn is_base(program: &Program, t: usize) -> bool {
+    is_native(program, t) || program.targets[t].is_host
+}
+
 fn compute_baselines(
     g: &DataflowGraph<'_>,
     program: &Program,
     candidates: &[Candidate],
-    greedy_regions: &[(usize, Vec<usize>)],
+    enumerated: usize,
+    greedy_placements: &[(usize, Option<search::Solution>)],
     items: &[Item],
     opts: &Options,
 ) -> Vec<Baseline> {
     let n = g.len();
-    let base = |t: usize| is_native(program, t) || program.targets[t].is_host;
     let mut out = vec![Baseline {
         name: "tvm".into(),
-        cost: restricted(n, items, &|k| base(candidates[k].target), opts),
+        cost: restricted(
+            n,
+            items,
+            &|k| k < enumerated && is_base(program, candidates[k].target),
+            opts,
+        ),
     }];
     for (ti, t) in program.targets.iter().enumerate() {
         if t.compiler.is_none() {
@@ -325,33 +403,20 @@ fn compute_baselines(
             cost: restricted(
                 n,
                 items,
-                &|k| base(candidates[k].target) || candidates[k].target == ti,
-                opts,
-            ),
-        });
-        // Greedy: the target's greedy regions, and the native targets and host elsewhere.
-        let regions: &[usize] = greedy_regions
-            .iter()
-            .find(|(t, _)| *t == ti)
-            .map_or(&[], |(_, r)| r.as_slice());
-        let mut taken = IndexSet::new(n);
-        let mut is_region = vec![false; candidates.len()];
-        for &k in regions {
-            taken.union_with(&candidates[k].sub_graph.inside);
-            is_region[k] = true;
-        }
-        out.push(Baseline {
-            name: format!("greedy:{}", t.name),
-            cost: restricted(
-                n,
-                items,
                 &|k| {
-                    is_region[k]
-                        || (base(candidates[k].target)
-                            && !candidates[k].sub_graph.inside.intersects(&taken))
+                    k < enumerated
+                        && (is_base(program, candidates[k].target) || candidates[k].target == ti)
                 },
                 opts,
             ),
+        });
+        let greedy = greedy_placements
+            .iter()
+            .find(|(t, _)| *t == ti)
+            .and_then(|(_, p)| p.as_ref().map(|p| p.total));
+        out.push(Baseline {
+            name: format!("greedy:{}", t.name),
+            cost: greedy,
         });
     }
     out
@@ -361,7 +426,9 @@ fn compute_baselines(
 pub fn best_with(g: &DataflowGraph<'_>, plan: &Plan, k: usize, opts: &Options) -> Option<f64> {
     let forced = &plan.candidates[k].sub_graph.inside;
     let items = plan.items();
-    let keep = |j: usize| j == k || !plan.candidates[j].sub_graph.inside.intersects(forced);
+    let keep = |j: usize| {
+        j == k || (j < plan.enumerated && !plan.candidates[j].sub_graph.inside.intersects(forced))
+    };
     restricted(g.len(), &items, &keep, opts)
 }
 

@@ -248,7 +248,8 @@ pub fn search_among(
                 scratch[i] |= m;
             }
             let mut nx = next;
-            while nx < n && scratch.get(nx / 64 - base).copied().unwrap_or(0) >> (nx % 64) & 1 == 1 {
+            while nx < n && scratch.get(nx / 64 - base).copied().unwrap_or(0) >> (nx % 64) & 1 == 1
+            {
                 nx += 1;
             }
             let new_base = nx / 64;

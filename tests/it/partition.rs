@@ -426,3 +426,29 @@ fn never_worse_than_greedy_for_each_byoc_target() {
     }
     assert!(checked >= 5 * 13);
 }
+
+/// Structurally identical layers are estimated once: a 12-layer GPT-2 needs at most 1.5× the
+/// estimator calls of a 1-layer one (BRIEF, quality bars).
+#[test]
+fn identical_layers_share_their_estimates() {
+    let program = crate::enumerate::library();
+    let opts = partition::Options {
+        baselines: false,
+        ..Default::default()
+    };
+    let calls = |layers: usize| {
+        let text = collage::gen::gpt2(layers);
+        let (sources, _, m) = crate::support::load_text("gpt2.relay", &text);
+        let m = m.unwrap_or_else(|d| panic!("{}", d.render_plain(&sources)));
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let est = Counting(collage::cost::analytic::Analytic, AtomicUsize::new(0));
+        let plan = partition::partition(&g, &program, &est, &opts, &partition::Silent).unwrap();
+        assert_eq!(plan.stats.estimates, est.1.load(Ordering::Relaxed));
+        plan.stats.estimates
+    };
+    let (one, twelve) = (calls(1), calls(12));
+    assert!(
+        twelve as f64 <= 1.5 * one as f64,
+        "{twelve} estimates for 12 layers, {one} for 1"
+    );
+}

@@ -1213,16 +1213,20 @@ fn generator_covers_every_construct() {
 
 const DEEP: usize = 100_000;
 
-/// Fails if a step took longer than `limit` in an optimised build (debug builds are not timed).
+/// Runs a step on a huge input and fails only if it hangs: the limit is a hang guard far above
+/// the step's real cost (`limit_ms` is what it takes on an idle machine, for the log), so a
+/// quadratic blow-up on these sizes (minutes) fails while a busy machine does not. Speed is
+/// measured by the criterion benchmarks, not here.
 fn timed<T>(what: &str, limit_ms: u64, f: impl FnOnce() -> T) -> T {
+    const HANG_FACTOR: u64 = 30;
     let start = Instant::now();
     let out = f();
     let took = start.elapsed();
-    eprintln!("{what}: {took:?}");
+    eprintln!("{what}: {took:?} (about {limit_ms} ms expected)");
     if !cfg!(debug_assertions) {
         assert!(
-            took < Duration::from_millis(limit_ms),
-            "{what} took {took:?} (limit {limit_ms} ms)"
+            took < Duration::from_millis(limit_ms * HANG_FACTOR),
+            "{what} took {took:?}: it should take about {limit_ms} ms"
         );
     }
     out

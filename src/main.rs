@@ -97,6 +97,10 @@ enum Command {
         /// Search with plain Dijkstra instead of A* (same result, for comparison).
         #[arg(long)]
         dijkstra: bool,
+        /// Prune candidates to the maximal ones per target plus bridges before searching
+        /// (TVM's heuristic: faster on huge models, but no longer exact).
+        #[arg(long)]
+        prune: bool,
     },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
@@ -210,6 +214,7 @@ fn run(cli: Cli) -> Outcome {
             explain,
             no_baselines,
             dijkstra,
+            prune,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
                 eprintln!("error: `--cost-timeout` must be a positive number of seconds");
@@ -234,6 +239,7 @@ fn run(cli: Cli) -> Outcome {
                 explain,
                 baselines: !no_baselines,
                 lower_bound: !dijkstra,
+                prune,
             };
             driver::partition::partition_command(&req)
         }

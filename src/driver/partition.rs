@@ -51,6 +51,8 @@ pub struct Request {
     pub baselines: bool,
     /// Use the A* lower bound.
     pub lower_bound: bool,
+    /// Prune candidates before searching.
+    pub prune: bool,
 }
 
 /// Runs `collage partition`.
@@ -90,6 +92,7 @@ pub fn partition_command(req: &Request) -> Outcome {
             lower_bound: req.lower_bound,
         },
         baselines: req.baselines,
+        prune: req.prune,
     };
     let bar = Bar::new();
     let plan = match partition::partition(&g, &program, &estimator, &popts, &bar) {
@@ -252,15 +255,22 @@ fn error_diagnostic(
             }
             d
         }
-        PartitionError::NoCover { node } => Diagnostic::error(
-            diag::E2102,
-            format!(
-                "the candidates cannot cover the function without overlapping; none fits at {}",
-                what(*node)
-            ),
-        )
-        .with_primary(span_of(*node), "every candidate here overlaps a chosen one")
-        .with_note(format!("targets tried: {}", tried.join(", "))),
+        PartitionError::NoCover { node, pruned } => {
+            let d = Diagnostic::error(
+                diag::E2102,
+                format!(
+                    "the candidates cannot cover the function without overlapping; none fits at {}",
+                    what(*node)
+                ),
+            )
+            .with_primary(span_of(*node), "every candidate here overlaps a chosen one")
+            .with_note(format!("targets tried: {}", tried.join(", ")));
+            if *pruned {
+                d.with_note("`--prune` removed candidates; without it the search is exact")
+            } else {
+                d
+            }
+        }
         PartitionError::Rewrite(msg) => Diagnostic::error(
             diag::E2103,
             format!("internal error: rewriting failed: {msg}"),

@@ -18,6 +18,7 @@
 
 pub mod finalize;
 pub mod greedy;
+pub mod prune;
 
 use crate::cost::{cache, Cost, Estimator};
 use crate::dataflow::IndexSet;
@@ -35,6 +36,8 @@ pub struct Options {
     pub search: search::Options,
     /// Compute the baselines.
     pub baselines: bool,
+    /// Prune the candidates before the search (a heuristic; see [`prune`]).
+    pub prune: bool,
 }
 
 impl Default for Options {
@@ -43,6 +46,7 @@ impl Default for Options {
             limits: Limits::default(),
             search: search::Options::default(),
             baselines: true,
+            prune: false,
         }
     }
 }
@@ -148,6 +152,8 @@ pub enum PartitionError {
     NoCover {
         /// The lowest node no state could cover.
         node: usize,
+        /// Whether the candidates were pruned.
+        pruned: bool,
     },
     /// Rewriting failed (a bug).
     Rewrite(String),
@@ -227,7 +233,10 @@ pub fn partition(
     // Greedy regions that are not also enumerated candidates take part only as whole greedy
     // placements: mixed into the search they would let covered sets differ far beyond the
     // lowest uncovered node, and the number of states would grow exponentially with the model.
-    let searchable = |k: usize| k < enumerated;
+    let pruned = opts
+        .prune
+        .then(|| prune::prune(g.len(), &candidates, &|k| k < enumerated));
+    let searchable = |k: usize| k < enumerated && pruned.as_ref().is_none_or(|p| p[k]);
     progress.phase("searching", 0);
     let sol = match search::search_among(g.len(), &items, &searchable, opts.search) {
         Ok(s) => s,
@@ -240,7 +249,12 @@ pub fn partition(
                 .collect();
             return Err(PartitionError::Uncovered { node, unusable });
         }
-        Err(SearchError::NoCover { node }) => return Err(PartitionError::NoCover { node }),
+        Err(SearchError::NoCover { node }) => {
+            return Err(PartitionError::NoCover {
+                node,
+                pruned: opts.prune,
+            })
+        }
     };
     let mut states_expanded = sol.states_expanded;
     // Each BYOC target's greedy placement: its greedy regions, fixed, and the cheapest cover of

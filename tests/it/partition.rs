@@ -452,3 +452,30 @@ fn identical_layers_share_their_estimates() {
         "{twelve} estimates for 12 layers, {one} for 1"
     );
 }
+
+/// `--prune` is a heuristic: never better than the exact search, and on the corpus it still
+/// finds a cover.
+#[test]
+fn pruning_is_never_better_than_the_exact_search() {
+    let program = crate::enumerate::library();
+    let est = collage::cost::analytic::Analytic;
+    for (name, m) in corpus().into_iter().filter(|(n, _)| !n.starts_with("gpt2")) {
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let run = |prune: bool| {
+            let opts = partition::Options {
+                baselines: false,
+                prune,
+                ..Default::default()
+            };
+            partition::partition(&g, &program, &est, &opts, &partition::Silent)
+                .unwrap_or_else(|e| panic!("{name} (prune {prune}): {e:?}"))
+        };
+        let (exact, pruned) = (run(false), run(true));
+        assert!(
+            pruned.total >= exact.total * (1.0 - 1e-12),
+            "{name}: pruned {} < exact {}",
+            pruned.total,
+            exact.total
+        );
+    }
+}

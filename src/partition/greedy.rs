@@ -82,8 +82,7 @@ pub fn merge_touching_by<T>(
     while changed {
         changed = false;
         for i in 0..slots.len() {
-            loop {
-                let Some((a, ta)) = &slots[i] else { break };
+            while let Some((a, ta)) = &slots[i] {
                 let mut neighbours: Vec<usize> = a
                     .output
                     .iter()

@@ -61,9 +61,12 @@ pub fn candidates_command(
         |ti: usize| targets.is_empty() || targets.iter().any(|t| *t == program.targets[ti].name);
     if json {
         let v = candidates_json(&m, &g, &program, &e, &keep);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        super::out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        ));
     } else {
-        print!("{}", candidates_text(&m, &g, &program, &e, &keep));
+        super::out(&candidates_text(&m, &g, &program, &e, &keep));
     }
     Outcome::Ok
 }

@@ -19,9 +19,12 @@ pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
     let result = crate::fuse::fuse(&m, main, max_depth);
     if json {
         let v = fuse_json(&m, main, max_depth, &result);
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        super::out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        ));
     } else {
-        print!("{}", fuse_text(&m, main, max_depth, &result));
+        super::out(&fuse_text(&m, main, max_depth, &result));
     }
     Outcome::Ok
 }

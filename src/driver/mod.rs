@@ -33,6 +33,16 @@ impl Outcome {
     }
 }
 
+/// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an
+/// error worth a message: the rest of the output is dropped.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
 /// Reads a file into the source map, or prints an error.
 pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source::FileId, Outcome> {
     match std::fs::read(path) {
@@ -82,7 +92,10 @@ pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
     };
     if json {
         match dataflow_json(&m) {
-            Some(v) => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            Some(v) => out(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&v).unwrap_or_default()
+            )),
             None => {
                 eprintln!("error: the module has no `@main` function");
                 return Outcome::InputErrors;
@@ -90,7 +103,7 @@ pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
         }
     } else {
         let opts = relay::print::PrintOptions { type_comments };
-        print!("{}", relay::print::print_module_with(&m, opts));
+        out(&relay::print::print_module_with(&m, opts));
     }
     Outcome::Ok
 }
@@ -191,7 +204,7 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
     match checked.program {
         Some(p) => {
             if print {
-                print!("{}", crate::ruletree::print::print_program(&p));
+                out(&crate::ruletree::print::print_program(&p));
             }
             Outcome::Ok
         }

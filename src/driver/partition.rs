@@ -153,19 +153,19 @@ pub fn partition_command(req: &Request) -> Outcome {
     match req.format {
         Format::Json => {
             let v = report_json(&m, &g, &sources, &program, &plan, elapsed, &explained);
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            super::out(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&v).unwrap_or_default()
+            ));
         }
         Format::Table => {
             if req.output.is_none() {
-                print!("{text}");
-                println!();
+                super::out(&text);
+                super::out("\n");
             }
-            print!(
-                "{}",
-                report_table(&m, &g, &sources, &program, &plan, elapsed)
-            );
+            super::out(&report_table(&m, &g, &sources, &program, &plan, elapsed));
             for e in &explained {
-                print!("\n{}", e.text);
+                super::out(&format!("\n{}", e.text));
             }
         }
     }

@@ -52,6 +52,8 @@ pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
         if i > 0 {
             p.out.push('\n');
         }
+        // Each definition is its own scope: its variables only need to differ from each other.
+        p.used_names.clear();
         let head = format!("def @{}", m.globals[g.index()].name);
         let text = p.function(*f, sc, &head, 0);
         p.out.push_str(&text);
@@ -118,8 +120,14 @@ impl<'m> Printer<'m> {
         };
         let mut name = base.clone();
         let mut k = 1;
+        // `%x1`, but `%FunctionVar_0_1` rather than the misleading `%FunctionVar_01`.
+        let sep = if base.ends_with(|c: char| c.is_ascii_digit()) {
+            "_"
+        } else {
+            ""
+        };
         while self.used_names.contains(&name) {
-            name = format!("{base}{k}");
+            name = format!("{base}{sep}{k}");
             k += 1;
         }
         self.used_names.insert(name.clone());

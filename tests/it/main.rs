@@ -9,6 +9,7 @@ mod extract;
 mod fuse;
 mod models;
 mod mutate;
+mod partition_e2e;
 mod relay;
 mod robustness;
 mod robustness_dsl;

@@ -2,7 +2,9 @@
 //! partitions, name them, and rewrite the function in TVM's encoding.
 //!
 //! * Touching partitions of the same BYOC target are coalesced while their union stays convex
-//!   and in one basic block (Q8: TVM ignores validity and can produce overlapping partitions).
+//!   and in one basic block, and the partitions can still run one after the other (a union
+//!   with several exits could otherwise both feed and need another partition with several
+//!   exits). Q8: TVM ignores validity and can produce overlapping partitions.
 //!   Native partitions stay separate: each is one fused kernel. Host nodes form one report
 //!   partition named `host`.
 //! * A BYOC partition becomes a global function with `Primitive=1`, `Compiler="<compiler>"`
@@ -67,6 +69,7 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
                     a.sub_graph
                         .disjoint_union(g, &b.sub_graph)
                         .filter(|u| u.is_valid(g, &MERGED))
+                        .filter(|u| u.exit.count() < 2 || !creates_cycle(g, &parts, i, j, u))
                 } else {
                     None
                 };
@@ -95,6 +98,25 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
         });
     }
     parts
+}
+
+/// Whether replacing partitions `i` and `j` by their union `u` makes some value leave `u` and
+/// flow, through other partitions, back into it (then no order of the partition calls works).
+fn creates_cycle(
+    g: &DataflowGraph<'_>,
+    parts: &[super::Partition],
+    i: usize,
+    j: usize,
+    u: &SubGraph,
+) -> bool {
+    let mut sets: Vec<&crate::dataflow::IndexSet> = parts
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| k != i && k != j)
+        .map(|(_, p)| &p.sub_graph.inside)
+        .collect();
+    sets.push(&u.inside);
+    super::returns_to(g, &sets, sets.len() - 1)
 }
 
 /// Names: `collage_<compiler>_<what>` for BYOC partitions (shared by equal structures),

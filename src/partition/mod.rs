@@ -9,7 +9,8 @@
 //!   candidate of a target with a `transition` block also pays that target's transition
 //!   penalty ([`transition_penalty`]).
 //! * The search ([`crate::search`]) is exact; baselines are searches over subsets of the same
-//!   candidates with the same costs.
+//!   candidates with the same costs. Candidates with several exits (greedy regions) can need
+//!   each other's values both ways; the search never chooses such a pair ([`Acyclic`]).
 //! * Finalize ([`finalize`]): touching chosen partitions of the same BYOC target are coalesced
 //!   while their union stays convex; the result is rewritten in TVM's encoding and checked to
 //!   equal the input once the partition functions are inlined.
@@ -22,7 +23,7 @@ use crate::dataflow::IndexSet;
 use crate::enumerate::{Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{Expr, Module};
 use crate::ruletree::Program;
-use crate::search::{self, Item, SearchError};
+use crate::search::{self, Compatible, Item, SearchError};
 
 /// Partitioning options.
 #[derive(Clone, Copy, Debug)]
@@ -208,7 +209,8 @@ pub fn partition(
         })
         .collect();
     progress.phase("searching", 0);
-    let sol = match search::search(g.len(), &items, opts.search) {
+    let acyclic = Acyclic::new(g, &candidates);
+    let sol = match search::search_among(g.len(), &items, &|_| true, &acyclic, opts.search) {
         Ok(s) => s,
         Err(SearchError::Uncovered { node }) => {
             let unusable = candidates
@@ -224,7 +226,15 @@ pub fn partition(
     let mut baselines = Vec::new();
     if opts.baselines {
         progress.phase("baselines", 0);
-        baselines = compute_baselines(g, program, &candidates, &greedy_regions, &items, opts);
+        baselines = compute_baselines(
+            g,
+            program,
+            &candidates,
+            &greedy_regions,
+            &items,
+            &acyclic,
+            opts,
+        );
     }
     let stats = Stats {
         candidates: candidates.len(),
@@ -286,11 +296,87 @@ fn restricted(
     n: usize,
     items: &[Item],
     keep: &dyn Fn(usize) -> bool,
+    compat: &dyn Compatible,
     opts: &Options,
 ) -> Option<f64> {
-    search::search_among(n, items, keep, opts.search)
+    search::search_among(n, items, keep, compat, opts.search)
         .ok()
         .map(|s| s.total)
+}
+
+/// The search constraint that chosen candidates can be rewritten one after the other: no
+/// value may leave one candidate and flow, through others, back into it. Each candidate is
+/// convex, and a candidate with one exit cannot be on such a cycle unless a candidate with
+/// several exits is too (all its nodes lead to its exit), so only candidates with several
+/// exits (greedy regions, rules with `max_exits` above 1) are constrained.
+pub struct Acyclic<'a, 'g> {
+    g: &'a DataflowGraph<'g>,
+    candidates: &'a [Candidate],
+}
+
+impl<'a, 'g> Acyclic<'a, 'g> {
+    /// The constraint for these candidates.
+    pub fn new(g: &'a DataflowGraph<'g>, candidates: &'a [Candidate]) -> Self {
+        Acyclic { g, candidates }
+    }
+}
+
+impl Compatible for Acyclic<'_, '_> {
+    fn constrained(&self, k: usize) -> bool {
+        self.candidates[k].sub_graph.exit.count() > 1
+    }
+
+    fn compatible(&self, chosen: &[usize], k: usize) -> bool {
+        let mut parts: Vec<&IndexSet> = chosen
+            .iter()
+            .map(|&j| &self.candidates[j].sub_graph.inside)
+            .collect();
+        parts.push(&self.candidates[k].sub_graph.inside);
+        !returns_to(self.g, &parts, parts.len() - 1)
+    }
+}
+
+/// Whether, with each of the disjoint `parts` run as one unit (all its inputs before any of
+/// its outputs) and every other node on its own, some path leaves `parts[from]` and comes back.
+pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize) -> bool {
+    const ALONE: u32 = u32::MAX;
+    let mut unit = vec![ALONE; g.len()];
+    for (p, s) in parts.iter().enumerate() {
+        for i in s.iter() {
+            unit[i] = p as u32;
+        }
+    }
+    let from_unit = from as u32;
+    let mut seen = vec![false; g.len()];
+    let mut part_done = vec![false; parts.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    let push_outputs = |i: usize, own: u32, stack: &mut Vec<usize>, seen: &mut [bool]| {
+        for o in g.outputs(i) {
+            let o = o.index();
+            if unit[o] != own && !seen[o] {
+                seen[o] = true;
+                stack.push(o);
+            }
+        }
+    };
+    for i in parts[from].iter() {
+        push_outputs(i, from_unit, &mut stack, &mut seen);
+    }
+    while let Some(v) = stack.pop() {
+        let u = unit[v];
+        if u == from_unit {
+            return true;
+        }
+        if u == ALONE {
+            push_outputs(v, ALONE, &mut stack, &mut seen);
+        } else if !part_done[u as usize] {
+            part_done[u as usize] = true;
+            for i in parts[u as usize].iter() {
+                push_outputs(i, u, &mut stack, &mut seen);
+            }
+        }
+    }
+    false
 }
 
 fn compute_baselines(
@@ -299,13 +385,14 @@ fn compute_baselines(
     candidates: &[Candidate],
     greedy_regions: &[(usize, Vec<usize>)],
     items: &[Item],
+    acyclic: &Acyclic<'_, '_>,
     opts: &Options,
 ) -> Vec<Baseline> {
     let n = g.len();
     let base = |t: usize| is_native(program, t) || program.targets[t].is_host;
     let mut out = vec![Baseline {
         name: "tvm".into(),
-        cost: restricted(n, items, &|k| base(candidates[k].target), opts),
+        cost: restricted(n, items, &|k| base(candidates[k].target), acyclic, opts),
     }];
     for (ti, t) in program.targets.iter().enumerate() {
         if t.compiler.is_none() {
@@ -317,6 +404,7 @@ fn compute_baselines(
                 n,
                 items,
                 &|k| base(candidates[k].target) || candidates[k].target == ti,
+                acyclic,
                 opts,
             ),
         });
@@ -339,6 +427,7 @@ fn compute_baselines(
                         || (base(candidates[k].target)
                             && !candidates[k].sub_graph.inside.intersects(&taken))
                 },
+                acyclic,
                 opts,
             ),
         });
@@ -351,7 +440,8 @@ pub fn best_with(g: &DataflowGraph<'_>, plan: &Plan, k: usize, opts: &Options) -
     let forced = &plan.candidates[k].sub_graph.inside;
     let items = plan.items();
     let keep = |j: usize| j == k || !plan.candidates[j].sub_graph.inside.intersects(forced);
-    restricted(g.len(), &items, &keep, opts)
+    let acyclic = Acyclic::new(g, &plan.candidates);
+    restricted(g.len(), &items, &keep, &acyclic, opts)
 }
 
 /// Rewrites the module's `@main` with the plan's partitions in TVM's encoding and checks that

@@ -29,7 +29,8 @@
 //! * the total no larger than any baseline;
 //! * the partitioned program (`-o`) parsing with `collage parse`, and carrying `Primitive=1`,
 //!   `Compiler="..."` and `global_symbol="..."` for each BYOC partition and `Composite="..."`
-//!   for each of its composites, and no `Compiler=` when no partition is BYOC;
+//!   for each of its composites, one definition of each BYOC function and one call per
+//!   partition using it, and no `Compiler=` when no partition is BYOC;
 //! * determinism: a second run prints the same report (timing aside) and the same program;
 //! * `--dijkstra` giving the same total as the default A* search.
 //!
@@ -365,6 +366,13 @@ impl Ctx<'_> {
                     "{ctx}: program lacks `{w}`\n{program}"
                 );
             }
+            // One definition, and one call per partition of that name.
+            let uses = partitions.iter().filter(|q| q["name"] == name).count();
+            assert_eq!(
+                program.matches(&format!("@{name}(")).count(),
+                1 + uses,
+                "{ctx}: definitions and calls of @{name}\n{program}"
+            );
         }
         if !any_byoc {
             assert!(

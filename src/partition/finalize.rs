@@ -52,6 +52,7 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
         }
     }
     parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
+    let forward = super::edges_go_forward(g);
     // Coalesce touching BYOC partitions of one target.
     let mut changed = true;
     while changed {
@@ -69,7 +70,9 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
                     a.sub_graph
                         .disjoint_union(g, &b.sub_graph)
                         .filter(|u| u.is_valid(g, &MERGED))
-                        .filter(|u| u.exit.count() < 2 || !creates_cycle(g, &parts, i, j, u))
+                        .filter(|u| {
+                            u.exit.count() < 2 || !creates_cycle(g, &parts, i, j, u, forward)
+                        })
                 } else {
                     None
                 };
@@ -108,6 +111,7 @@ fn creates_cycle(
     i: usize,
     j: usize,
     u: &SubGraph,
+    forward: bool,
 ) -> bool {
     let mut sets: Vec<&crate::dataflow::IndexSet> = parts
         .iter()
@@ -116,7 +120,7 @@ fn creates_cycle(
         .map(|(_, p)| &p.sub_graph.inside)
         .collect();
     sets.push(&u.inside);
-    super::returns_to(g, &sets, sets.len() - 1)
+    super::returns_to(g, &sets, sets.len() - 1, forward)
 }
 
 /// Names: `collage_<compiler>_<what>` for BYOC partitions (shared by equal structures),

@@ -312,13 +312,24 @@ fn restricted(
 pub struct Acyclic<'a, 'g> {
     g: &'a DataflowGraph<'g>,
     candidates: &'a [Candidate],
+    forward: bool,
 }
 
 impl<'a, 'g> Acyclic<'a, 'g> {
     /// The constraint for these candidates.
     pub fn new(g: &'a DataflowGraph<'g>, candidates: &'a [Candidate]) -> Self {
-        Acyclic { g, candidates }
+        Acyclic {
+            g,
+            candidates,
+            forward: edges_go_forward(g),
+        }
     }
+}
+
+/// Whether every edge goes from a lower to a higher index (true unless a recursive function
+/// refers back to itself).
+pub fn edges_go_forward(g: &DataflowGraph<'_>) -> bool {
+    (0..g.len()).all(|i| g.outputs(i).iter().all(|o| o.index() > i))
 }
 
 impl Compatible for Acyclic<'_, '_> {
@@ -332,18 +343,25 @@ impl Compatible for Acyclic<'_, '_> {
             .map(|&j| &self.candidates[j].sub_graph.inside)
             .collect();
         parts.push(&self.candidates[k].sub_graph.inside);
-        !returns_to(self.g, &parts, parts.len() - 1)
+        !returns_to(self.g, &parts, parts.len() - 1, self.forward)
     }
 }
 
 /// Whether, with each of the disjoint `parts` run as one unit (all its inputs before any of
 /// its outputs) and every other node on its own, some path leaves `parts[from]` and comes back.
-pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize) -> bool {
+/// `forward`: [`edges_go_forward`], which allows pruning.
+pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forward: bool) -> bool {
     const ALONE: u32 = u32::MAX;
     let mut unit = vec![ALONE; g.len()];
+    // When edges go from lower to higher indices, a node on its own above every part's nodes
+    // cannot lead back into a part.
+    let mut last = if forward { 0 } else { usize::MAX };
     for (p, s) in parts.iter().enumerate() {
         for i in s.iter() {
             unit[i] = p as u32;
+            if forward {
+                last = last.max(i);
+            }
         }
     }
     let from_unit = from as u32;
@@ -353,7 +371,7 @@ pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize) -> bo
     let push_outputs = |i: usize, own: u32, stack: &mut Vec<usize>, seen: &mut [bool]| {
         for o in g.outputs(i) {
             let o = o.index();
-            if unit[o] != own && !seen[o] {
+            if unit[o] != own && !seen[o] && (unit[o] != ALONE || o < last) {
                 seen[o] = true;
                 stack.push(o);
             }
@@ -452,4 +470,39 @@ pub fn rewrite(
     plan: &Plan,
 ) -> Result<Module, PartitionError> {
     finalize::rewrite(g, program, &plan.partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceMap;
+
+    #[test]
+    fn crossed_partitions_with_two_exits_form_a_cycle() {
+        let text = "#[version = \"0.0.5\"]\n\
+            def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {\n  \
+            %0 = nn.relu(%x);\n  %1 = abs(%y);\n  %2 = add(%0, %1);\n  \
+            %3 = subtract(%1, %0);\n  (%2, %3)\n}\n";
+        let mut sources = SourceMap::new();
+        let file = sources.add("t.relay", text);
+        let m = match crate::relay::load(&sources, file) {
+            Ok(m) => m,
+            Err(d) => panic!("{}", d.render_plain(&sources)),
+        };
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let node = |label: &str| (0..g.len()).find(|&i| g.label[i] == label).unwrap();
+        let (relu, abs, add, sub) = (node("nn.relu"), node("abs"), node("add"), node("subtract"));
+        let set = |a: usize, b: usize| IndexSet::from_indices(g.len(), [a, b]);
+        let single = |a: usize| IndexSet::from_indices(g.len(), [a]);
+        let forward = edges_go_forward(&g);
+        assert!(forward);
+        for fwd in [forward, false] {
+            let (p, q) = (set(relu, add), set(abs, sub));
+            assert!(returns_to(&g, &[&p, &q], 1, fwd));
+            assert!(returns_to(&g, &[&p, &q], 0, fwd));
+            let (q1, q2) = (single(abs), single(sub));
+            assert!(!returns_to(&g, &[&q1, &q2, &p], 2, fwd));
+            assert!(!returns_to(&g, &[&p, &q1, &q2], 0, fwd));
+        }
+    }
 }

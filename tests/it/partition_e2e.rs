@@ -11,7 +11,8 @@
 //! run NAME                          a run: `collage partition model.relay --rules .
 //!                                   --costs mock:<costs> --format json -o <tmp>` plus `args`
 //! args ARG...                       extra arguments
-//! costs FILE                        the mock file (default `mock.json`)
+//! costs FILE                        the mock file (default `mock.json`); it follows `mock:`,
+//!                                   so `a.json+mock:b.json` chains two estimators
 //! exit N                            expected exit code (default 0)
 //! total X                           total_cost, compared exactly as an f64
 //! partition NAME TARGET: CALL...    one partition and its operator calls, `%binding:op` or
@@ -34,7 +35,8 @@
 //! * determinism: a second run prints the same report (timing aside) and the same program;
 //! * `--dijkstra` giving the same total as the default A* search.
 //!
-//! Failing runs must not panic, must print nothing on stdout and must not write the program.
+//! Failing runs must not panic, must print nothing on stdout, must not write the program and
+//! must print the same diagnostics when repeated.
 
 use crate::support::root;
 use std::collections::BTreeMap;
@@ -127,9 +129,20 @@ fn normalise_line(s: &str) -> String {
     format!("{}: {}", head.join(" "), calls.join(" "))
 }
 
+/// Runs the binary in `dir`. The scenarios start well over a hundred processes; where `nice`
+/// exists they run at the lowest priority, so that they do not slow down the timed tests that
+/// run beside this one.
 fn collage(dir: &Path, args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(args)
+    let bin = env!("CARGO_BIN_EXE_collage");
+    let nice = Path::new("/usr/bin/nice");
+    let mut cmd = if nice.is_file() {
+        let mut c = Command::new(nice);
+        c.args(["-n", "19", bin]);
+        c
+    } else {
+        Command::new(bin)
+    };
+    cmd.args(args)
         .current_dir(dir)
         .output()
         .expect("the binary runs")

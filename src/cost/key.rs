@@ -18,9 +18,8 @@ pub type Key = Vec<u32>;
 pub struct Signatures {
     /// The interned id of each node's signature.
     id: Vec<u32>,
-    /// The interned id of each node as an input of a candidate: its signature when it is
-    /// copied into extracted functions (scalar constants, operators), else only its type.
-    input_id: Vec<u32>,
+    /// The interned id of each node's signature as an operand from outside a candidate.
+    param: Vec<u32>,
     /// Interned attribute lists of nested functions.
     attrs: HashMap<String, u32>,
 }
@@ -32,21 +31,18 @@ impl Signatures {
     pub fn new(g: &DataflowGraph<'_>) -> Signatures {
         let mut intern: HashMap<String, u32> = HashMap::new();
         let mut id = Vec::with_capacity(g.len());
-        let mut input_id = Vec::with_capacity(g.len());
+        let mut param = Vec::with_capacity(g.len());
         for i in 0..g.len() {
-            let s = node_signature(g, i);
-            let as_input = input_signature(g, i, &s);
-            let next = intern.len() as u32;
-            id.push(*intern.entry(s).or_insert(next));
-            let next = intern.len() as u32;
-            input_id.push(*intern.entry(as_input).or_insert(next));
+            for (s, out) in [
+                (node_signature(g, i), &mut id),
+                (param_signature(g, i), &mut param),
+            ] {
+                let next = intern.len() as u32;
+                out.push(*intern.entry(s).or_insert(next));
+            }
         }
         let attrs = HashMap::new();
-        Signatures {
-            id,
-            input_id,
-            attrs,
-        }
+        Signatures { id, param, attrs }
     }
 
     /// The key of a candidate.
@@ -77,7 +73,7 @@ impl Signatures {
                             }
                         };
                         out.push(p as u32);
-                        out.push(self.input_id[j]);
+                        out.push(self.param[j]);
                     }
                 }
             }
@@ -128,19 +124,6 @@ fn operand_nodes(g: &DataflowGraph<'_>, i: usize) -> Vec<usize> {
     out
 }
 
-/// What an outside node contributes to a candidate that uses it: all of it when extraction
-/// copies it in, else only its type (it becomes a parameter).
-fn input_signature(g: &DataflowGraph<'_>, i: usize, sig: &str) -> String {
-    if g.inlinable[i] {
-        return sig.to_string();
-    }
-    let ty = g
-        .expr(i)
-        .and_then(|e| g.module.ty(e))
-        .map_or_else(|| "?".to_string(), |t| t.to_string());
-    format!("param:{ty}")
-}
-
 /// What a node is, independent of its position: operator, attributes, type, scalar value.
 fn node_signature(g: &DataflowGraph<'_>, i: usize) -> String {
     let m = g.module;
@@ -164,6 +147,21 @@ fn node_signature(g: &DataflowGraph<'_>, i: usize) -> String {
         Expr::Op(op) => format!("op {}", crate::ops::registry().get(*op).name),
         // Function literals, lets and ifs are distinct per occurrence.
         Expr::Func(_) | Expr::Let { .. } | Expr::If { .. } => format!("unique #{i}:{ty}"),
+    }
+}
+
+/// What an operand from outside a candidate is to the candidate: a parameter of its type, unless
+/// extraction keeps it in the function (constants, operators, globals, function literals). Who
+/// produces the value does not matter, so `nn.relu(%x)` and `nn.relu(abs(%x))` have the same
+/// structure.
+fn param_signature(g: &DataflowGraph<'_>, i: usize) -> String {
+    let m = g.module;
+    match g.expr(i).map(|e| (e, m.expr(e))) {
+        Some((e, Expr::Call { .. } | Expr::Tuple(_) | Expr::Proj { .. } | Expr::Var(_))) => {
+            let ty = m.ty(e).map_or_else(|| "?".to_string(), |t| t.to_string());
+            format!("param:{ty}")
+        }
+        _ => node_signature(g, i),
     }
 }
 
@@ -192,7 +190,7 @@ fn fingerprint_sub_graph(g: &DataflowGraph<'_>, sg: &SubGraph, h: &mut Fnv) {
                         params.len() - 1
                     });
                     h.write_u64(1 << 40 | p as u64);
-                    h.write(input_signature(g, j, &node_signature(g, j)).as_bytes());
+                    h.write(param_signature(g, j).as_bytes());
                 }
             }
         }
@@ -234,5 +232,47 @@ impl Fnv {
 
     fn write_u64(&mut self, v: u64) {
         self.write(&v.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataflow::IndexSet;
+    use crate::source::SourceMap;
+
+    #[test]
+    fn producers_outside_do_not_change_the_structure() {
+        let text = "#[version = \"0.0.5\"]\n\
+            def @main(%x: Tensor[(2, 2), float32]) {\n  \
+            %0 = nn.relu(%x);\n  %1 = abs(%0);\n  %2 = nn.relu(%1);\n  \
+            %3 = nn.relu(meta[relay.Constant][0] /* ty=Tensor[(2, 2), float32] */);\n  \
+            (%2, %3)\n}\n";
+        let mut sources = SourceMap::new();
+        let file = sources.add("t.relay", text);
+        let m = match crate::relay::load(&sources, file) {
+            Ok(m) => m,
+            Err(d) => panic!("{}", d.render_plain(&sources)),
+        };
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let relus: Vec<usize> = (0..g.len()).filter(|&i| g.label[i] == "nn.relu").collect();
+        assert_eq!(relus.len(), 3);
+        let single = |i: usize| Candidate {
+            target: 0,
+            sub_graph: SubGraph::new(&g, IndexSet::from_indices(g.len(), [i])),
+            rule_name: String::new(),
+        };
+        let mut sigs = Signatures::new(&g);
+        let keys: Vec<Key> = relus.iter().map(|&i| sigs.key(&g, &single(i))).collect();
+        let prints: Vec<String> = relus
+            .iter()
+            .map(|&i| fingerprint(&g, &single(i), "t"))
+            .collect();
+        // relu(%x) and relu(abs(..)): one structure. relu(constant): the constant is kept in
+        // the extracted function, so another one.
+        assert_eq!(keys[0], keys[1]);
+        assert_eq!(prints[0], prints[1]);
+        assert_ne!(keys[0], keys[2]);
+        assert_ne!(prints[0], prints[2]);
     }
 }

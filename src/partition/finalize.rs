@@ -2,7 +2,9 @@
 //! partitions, name them, and rewrite the function in TVM's encoding.
 //!
 //! * Touching partitions of the same BYOC target are coalesced while their union stays convex
-//!   and in one basic block (Q8: TVM ignores validity and can produce overlapping partitions).
+//!   and in one basic block, and the partitions can still run one after the other (a union
+//!   with several exits could otherwise both feed and need another partition with several
+//!   exits). Q8: TVM ignores validity and can produce overlapping partitions.
 //!   Native partitions stay separate: each is one fused kernel. Host nodes form one report
 //!   partition named `host`.
 //! * A BYOC partition becomes a global function with `Primitive=1`, `Compiler="<compiler>"`

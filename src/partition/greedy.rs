@@ -60,7 +60,9 @@ pub fn merge_touching(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> Vec<SubGra
     .collect()
 }
 
-/// Merges touching parts whose payloads `can_merge`, while the union is valid under [`MERGED`]:
+/// Merges touching parts whose payloads `can_merge`, while the union is valid under [`MERGED`]
+/// and, when it has several exits, no value leaves it and comes back through the other parts
+/// (each part is rewritten as one unit, so such a union could not be called):
 /// each part, in order, absorbs its touching neighbours (lowest first) until none is left, and
 /// passes repeat until nothing changes. Neighbours are found through the nodes feeding and fed
 /// by a part, so the work is proportional to the edges between parts. Payloads of merged parts
@@ -78,6 +80,20 @@ pub fn merge_touching_by<T>(
         }
     }
     let mut slots: Vec<Option<(SubGraph, T)>> = parts.into_iter().map(Some).collect();
+    let forward = super::edges_go_forward(g);
+    let no_cycle = |slots: &[Option<(SubGraph, T)>], i: usize, j: usize, u: &SubGraph| {
+        if u.exit.count() < 2 {
+            return true;
+        }
+        let mut sets: Vec<&crate::dataflow::IndexSet> = slots
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != i && k != j)
+            .filter_map(|(_, s)| s.as_ref().map(|(p, _)| &p.inside))
+            .collect();
+        sets.push(&u.inside);
+        !super::returns_to(g, &sets, sets.len() - 1, forward)
+    };
     let mut changed = true;
     while changed {
         changed = false;
@@ -98,7 +114,10 @@ pub fn merge_touching_by<T>(
                     if !can_merge(ta, tb) || !(a.touches(g, b) || b.touches(g, a)) {
                         continue;
                     }
-                    if let Some(u) = a.disjoint_union(g, b).filter(|u| u.is_valid(g, &MERGED)) {
+                    if let Some(u) = a
+                        .disjoint_union(g, b)
+                        .filter(|u| u.is_valid(g, &MERGED) && no_cycle(&slots, i, j, u))
+                    {
                         merged = Some((j, u));
                         break;
                     }

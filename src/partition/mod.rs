@@ -25,7 +25,7 @@ use crate::dataflow::IndexSet;
 use crate::enumerate::{Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{Expr, Module};
 use crate::ruletree::Program;
-use crate::search::{self, Item, SearchError};
+use crate::search::{self, Compatible, Item, SearchError};
 
 /// Partitioning options.
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +104,8 @@ pub struct Plan {
     /// The BYOC target whose greedy placement was chosen because it is cheaper than every
     /// cover by enumerated candidates (`None`: the search's cover).
     pub greedy_source: Option<usize>,
+    /// Each BYOC target's greedy placement: (target, its region candidates, its total cost).
+    pub greedy: Vec<(usize, Vec<usize>, Option<f64>)>,
     /// Candidates before this index were enumerated; the rest are greedy regions.
     pub enumerated: usize,
     /// Baselines.
@@ -238,7 +240,8 @@ pub fn partition(
         .then(|| prune::prune(g.len(), &candidates, &|k| k < enumerated));
     let searchable = |k: usize| k < enumerated && pruned.as_ref().is_none_or(|p| p[k]);
     progress.phase("searching", 0);
-    let sol = match search::search_among(g.len(), &items, &searchable, opts.search) {
+    let acyclic = Acyclic::new(g, &candidates);
+    let sol = match search::search_among(g.len(), &items, &searchable, &acyclic, opts.search) {
         Ok(s) => s,
         Err(SearchError::Uncovered { node }) => {
             let unusable = candidates
@@ -261,7 +264,7 @@ pub fn partition(
     // the rest by the native targets and the host.
     let mut greedy_placements: Vec<(usize, Option<search::Solution>)> = Vec::new();
     for (t, regions) in &greedy_regions {
-        let placement = greedy_placement(g, program, &candidates, regions, &items, opts);
+        let placement = greedy_placement(g, program, &candidates, regions, &items, &acyclic, opts);
         if let Some(p) = &placement {
             states_expanded += p.states_expanded;
         }
@@ -282,12 +285,11 @@ pub fn partition(
     if opts.baselines {
         progress.phase("baselines", 0);
         baselines = compute_baselines(
-            g,
             program,
-            &candidates,
             enumerated,
             &greedy_placements,
             &items,
+            &acyclic,
             opts,
         );
     }
@@ -304,6 +306,11 @@ pub fn partition(
         partitions: Vec::new(),
         total: best.total,
         greedy_source: source,
+        greedy: greedy_regions
+            .iter()
+            .zip(&greedy_placements)
+            .map(|((t, regions), (_, p))| (*t, regions.clone(), p.as_ref().map(|p| p.total)))
+            .collect(),
         enumerated,
         baselines,
         stats,
@@ -342,6 +349,99 @@ pub fn transition_penalty(g: &DataflowGraph<'_>, program: &Program, c: &Candidat
     p
 }
 
+/// The search constraint that chosen candidates can be rewritten one after the other: no
+/// value may leave one candidate and flow, through others, back into it. Each candidate is
+/// convex, and a candidate with one exit cannot be on such a cycle unless a candidate with
+/// several exits is too (all its nodes lead to its exit), so only candidates with several
+/// exits (greedy regions, rules with `max_exits` above 1) are constrained.
+pub struct Acyclic<'a, 'g> {
+    g: &'a DataflowGraph<'g>,
+    candidates: &'a [Candidate],
+    forward: bool,
+}
+
+impl<'a, 'g> Acyclic<'a, 'g> {
+    /// The constraint for these candidates.
+    pub fn new(g: &'a DataflowGraph<'g>, candidates: &'a [Candidate]) -> Self {
+        Acyclic {
+            g,
+            candidates,
+            forward: edges_go_forward(g),
+        }
+    }
+}
+
+/// Whether every edge goes from a lower to a higher index (true unless a recursive function
+/// refers back to itself).
+pub fn edges_go_forward(g: &DataflowGraph<'_>) -> bool {
+    (0..g.len()).all(|i| g.outputs(i).iter().all(|o| o.index() > i))
+}
+
+impl Compatible for Acyclic<'_, '_> {
+    fn constrained(&self, k: usize) -> bool {
+        self.candidates[k].sub_graph.exit.count() > 1
+    }
+
+    fn compatible(&self, chosen: &[usize], k: usize) -> bool {
+        let mut parts: Vec<&IndexSet> = chosen
+            .iter()
+            .map(|&j| &self.candidates[j].sub_graph.inside)
+            .collect();
+        parts.push(&self.candidates[k].sub_graph.inside);
+        !returns_to(self.g, &parts, parts.len() - 1, self.forward)
+    }
+}
+
+/// Whether, with each of the disjoint `parts` run as one unit (all its inputs before any of
+/// its outputs) and every other node on its own, some path leaves `parts[from]` and comes back.
+/// `forward`: [`edges_go_forward`], which allows pruning.
+pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forward: bool) -> bool {
+    const ALONE: u32 = u32::MAX;
+    let mut unit = vec![ALONE; g.len()];
+    // When edges go from lower to higher indices, a node on its own above every part's nodes
+    // cannot lead back into a part.
+    let mut last = if forward { 0 } else { usize::MAX };
+    for (p, s) in parts.iter().enumerate() {
+        for i in s.iter() {
+            unit[i] = p as u32;
+            if forward {
+                last = last.max(i);
+            }
+        }
+    }
+    let from_unit = from as u32;
+    let mut seen = vec![false; g.len()];
+    let mut part_done = vec![false; parts.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    let push_outputs = |i: usize, own: u32, stack: &mut Vec<usize>, seen: &mut [bool]| {
+        for o in g.outputs(i) {
+            let o = o.index();
+            if unit[o] != own && !seen[o] && (unit[o] != ALONE || o < last) {
+                seen[o] = true;
+                stack.push(o);
+            }
+        }
+    };
+    for i in parts[from].iter() {
+        push_outputs(i, from_unit, &mut stack, &mut seen);
+    }
+    while let Some(v) = stack.pop() {
+        let u = unit[v];
+        if u == from_unit {
+            return true;
+        }
+        if u == ALONE {
+            push_outputs(v, ALONE, &mut stack, &mut seen);
+        } else if !part_done[u as usize] {
+            part_done[u as usize] = true;
+            for i in parts[u as usize].iter() {
+                push_outputs(i, u, &mut stack, &mut seen);
+            }
+        }
+    }
+    false
+}
+
 /// Whether a target is native (not BYOC, not host).
 fn is_native(program: &Program, t: usize) -> bool {
     let t = &program.targets[t];
@@ -353,9 +453,10 @@ fn restricted(
     n: usize,
     items: &[Item],
     keep: &dyn Fn(usize) -> bool,
+    acyclic: &Acyclic<'_, '_>,
     opts: &Options,
 ) -> Option<f64> {
-    search::search_among(n, items, keep, opts.search)
+    search::search_among(n, items, keep, acyclic, opts.search)
         .ok()
         .map(|s| s.total)
 }
@@ -368,6 +469,7 @@ fn greedy_placement(
     candidates: &[Candidate],
     regions: &[usize],
     items: &[Item],
+    acyclic: &Acyclic<'_, '_>,
     opts: &Options,
 ) -> Option<search::Solution> {
     let mut taken = IndexSet::new(g.len());
@@ -381,7 +483,7 @@ fn greedy_placement(
             || (is_base(program, candidates[k].target)
                 && !candidates[k].sub_graph.inside.intersects(&taken))
     };
-    search::search_among(g.len(), items, &keep, opts.search).ok()
+    search::search_among(g.len(), items, &keep, acyclic, opts.search).ok()
 }
 
 /// Native targets and the host: what every baseline may use.
@@ -389,22 +491,23 @@ fn is_base(program: &Program, t: usize) -> bool {
     is_native(program, t) || program.targets[t].is_host
 }
 
+/// The baselines; `acyclic` carries the graph and the candidates.
 fn compute_baselines(
-    g: &DataflowGraph<'_>,
     program: &Program,
-    candidates: &[Candidate],
     enumerated: usize,
     greedy_placements: &[(usize, Option<search::Solution>)],
     items: &[Item],
+    acyclic: &Acyclic<'_, '_>,
     opts: &Options,
 ) -> Vec<Baseline> {
-    let n = g.len();
+    let (n, candidates) = (acyclic.g.len(), acyclic.candidates);
     let mut out = vec![Baseline {
         name: "tvm".into(),
         cost: restricted(
             n,
             items,
             &|k| k < enumerated && is_base(program, candidates[k].target),
+            acyclic,
             opts,
         ),
     }];
@@ -421,6 +524,7 @@ fn compute_baselines(
                     k < enumerated
                         && (is_base(program, candidates[k].target) || candidates[k].target == ti)
                 },
+                acyclic,
                 opts,
             ),
         });
@@ -436,14 +540,23 @@ fn compute_baselines(
     out
 }
 
-/// The best total cost when candidate `k` is forced into the cover (for `--explain`).
+/// The best total cost, within the search space, of a cover that uses candidate `k` (for
+/// `--explain`). A greedy region is used only by its target's greedy placement.
 pub fn best_with(g: &DataflowGraph<'_>, plan: &Plan, k: usize, opts: &Options) -> Option<f64> {
+    if k >= plan.enumerated {
+        return plan
+            .greedy
+            .iter()
+            .find(|(_, regions, _)| regions.contains(&k))
+            .and_then(|(_, _, total)| *total);
+    }
     let forced = &plan.candidates[k].sub_graph.inside;
     let items = plan.items();
     let keep = |j: usize| {
         j == k || (j < plan.enumerated && !plan.candidates[j].sub_graph.inside.intersects(forced))
     };
-    restricted(g.len(), &items, &keep, opts)
+    let acyclic = Acyclic::new(g, &plan.candidates);
+    restricted(g.len(), &items, &keep, &acyclic, opts)
 }
 
 /// Rewrites the module's `@main` with the plan's partitions in TVM's encoding and checks that

@@ -15,7 +15,13 @@
 //! * ties are broken deterministically: by cost, then by the order in which states were first
 //!   reached, and a state's best path changes only on a strictly cheaper one, so among equal
 //!   candidates the one earlier in the candidate list wins;
-//! * when no cover exists, the error names the lowest node no reachable state could cover.
+//! * when no cover exists, the error names the lowest node no reachable state could cover;
+//! * a [`Compatible`] constraint can forbid combinations of candidates that sets of covered
+//!   nodes cannot express. The partitioner uses it for acyclicity: candidates with several
+//!   exits can depend on each other both ways (each convex, neither rewritable before the
+//!   other). The constraint is checked along each state's best path, so with it the search is
+//!   exact among the covers it allows only when no state's best path rules out an extension
+//!   that another, equally covering path would allow; without constrained items it is exact.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -69,6 +75,27 @@ pub enum SearchError {
     },
 }
 
+/// A constraint on which items may be chosen together.
+pub trait Compatible {
+    /// Whether item `k` is subject to the constraint at all.
+    fn constrained(&self, k: usize) -> bool;
+    /// Whether constrained item `k` may join the constrained items `chosen` (non-empty).
+    fn compatible(&self, chosen: &[usize], k: usize) -> bool;
+}
+
+/// No constraint.
+pub struct Unconstrained;
+
+impl Compatible for Unconstrained {
+    fn constrained(&self, _: usize) -> bool {
+        false
+    }
+
+    fn compatible(&self, _: &[usize], _: usize) -> bool {
+        true
+    }
+}
+
 /// A candidate's nodes as (word, mask) pairs.
 struct Mask(Vec<(u32, u64)>);
 
@@ -114,6 +141,8 @@ struct State {
     bound: f64,
     pred: u32,
     via: u32,
+    /// Constrained items on the best path.
+    constrained: u32,
     done: bool,
 }
 
@@ -142,14 +171,15 @@ const NONE: u32 = u32::MAX;
 
 /// The cheapest cover of nodes `0..n` by pairwise-disjoint items.
 pub fn search(n: usize, items: &[Item], opts: Options) -> Result<Solution, SearchError> {
-    search_among(n, items, &|_| true, opts)
+    search_among(n, items, &|_| true, &Unconstrained, opts)
 }
 
-/// [`search`] using only the items `allowed` accepts.
+/// [`search`] using only the items `allowed` accepts, in combinations `compat` accepts.
 pub fn search_among(
     n: usize,
     items: &[Item],
     allowed: &dyn Fn(usize) -> bool,
+    compat: &dyn Compatible,
     opts: Options,
 ) -> Result<Solution, SearchError> {
     let usable_item = |it: &Item| it.cost.is_finite() && it.cost >= 0.0 && !it.nodes.is_empty();
@@ -181,6 +211,7 @@ pub fn search_among(
         .enumerate()
         .map(|(k, it)| usable(k).then(|| Mask::new(&it.nodes)))
         .collect();
+    let constrained: Vec<bool> = (0..items.len()).map(|k| compat.constrained(k)).collect();
     let mut states: Vec<State> = Vec::new();
     let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
     let mut heap = BinaryHeap::new();
@@ -194,6 +225,7 @@ pub fn search_among(
         bound: bound0,
         pred: NONE,
         via: NONE,
+        constrained: 0,
         done: false,
     });
     heap.push(Entry(bound0, 0));
@@ -261,15 +293,38 @@ pub fn search_among(
             }
             let item = &items[k as usize];
             let cost = base_cost + item.cost;
-            match index.get(keybuf.as_slice()) {
-                Some(&t) => {
-                    let ts = &mut states[t as usize];
-                    if ts.done || cost >= ts.cost {
+            let existing = index.get(keybuf.as_slice()).copied();
+            if let Some(t) = existing {
+                let ts = &states[t as usize];
+                if ts.done || cost >= ts.cost {
+                    continue;
+                }
+            }
+            let mut path_constrained = states[s as usize].constrained;
+            if constrained[k as usize] {
+                if path_constrained > 0 {
+                    let mut chosen = Vec::new();
+                    let mut at = s;
+                    while states[at as usize].pred != NONE {
+                        let v = states[at as usize].via as usize;
+                        if constrained[v] {
+                            chosen.push(v);
+                        }
+                        at = states[at as usize].pred;
+                    }
+                    if !compat.compatible(&chosen, k as usize) {
                         continue;
                     }
+                }
+                path_constrained += 1;
+            }
+            match existing {
+                Some(t) => {
+                    let ts = &mut states[t as usize];
                     ts.cost = cost;
                     ts.pred = s;
                     ts.via = k;
+                    ts.constrained = path_constrained;
                     heap.push(Entry(cost + ts.bound, t));
                 }
                 None => {
@@ -292,6 +347,7 @@ pub fn search_among(
                         bound,
                         pred: s,
                         via: k,
+                        constrained: path_constrained,
                         done: false,
                     });
                     heap.push(Entry(cost + bound, t));
@@ -355,6 +411,35 @@ mod tests {
         ];
         let s = search(2, &items, Options::default()).unwrap();
         assert_eq!(s.chosen, vec![0]);
+    }
+
+    #[test]
+    fn incompatible_items_are_not_combined() {
+        // Items 0 and 1 are cheapest together but may not be chosen together.
+        struct NotBoth;
+        impl Compatible for NotBoth {
+            fn constrained(&self, k: usize) -> bool {
+                k < 2
+            }
+            fn compatible(&self, chosen: &[usize], k: usize) -> bool {
+                !(chosen.contains(&0) && k == 1 || chosen.contains(&1) && k == 0)
+            }
+        }
+        let items = vec![
+            item(&[0, 1], 1.0),
+            item(&[2, 3], 1.0),
+            item(&[0], 1.5),
+            item(&[1], 1.5),
+            item(&[2], 1.0),
+            item(&[3], 1.25),
+        ];
+        for lb in [false, true] {
+            let opts = Options { lower_bound: lb };
+            let s = search_among(4, &items, &|_| true, &NotBoth, opts).unwrap();
+            assert_eq!(s.chosen, vec![0, 4, 5]);
+            assert_eq!(s.total, 3.25);
+            assert_eq!(search(4, &items, opts).unwrap().total, 2.0);
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod generate;
 mod models;
 mod mutate;
 mod partition;
+mod partition_e2e;
 mod relay;
 mod robustness;
 mod robustness_dsl;

@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod dataflow;
+pub mod devices;
 pub mod diag;
 pub mod driver;
 pub mod dsl;

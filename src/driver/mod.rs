@@ -200,7 +200,9 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
 }
 
 mod candidates;
+mod devices;
 mod fuse;
 
 pub use candidates::candidates_command;
+pub use devices::{parse_device_arg, plan_devices_command, DeviceForm};
 pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};

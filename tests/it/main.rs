@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
 mod cli;
+mod devices;
 mod docs;
 mod dsl;
 mod enumerate;

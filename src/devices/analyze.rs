@@ -288,7 +288,7 @@ fn clash(c: Clash, at: Span) -> Diagnostic {
             if at != fa && at != fb {
                 d = d.with_secondary(at, "both requirements apply to this value");
             }
-            d.with_note("insert a `device_copy` where the value moves between the two devices")
+            d.with_note("change one of the annotations, or let the value move between the devices with a `device_copy` or a normal `on_device`")
         }
         Clash::Shape => Diagnostic::error(
             E0702,

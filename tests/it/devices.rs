@@ -188,6 +188,14 @@ fn check_error_scenario(name: &str, text: &str, code: &str, default: &VirtualDev
     for l in &d.labels {
         assert!(l.span.end as usize <= input_text.len() && l.span.start < l.span.end);
     }
+    let stem = name
+        .rsplit('/')
+        .next()
+        .unwrap_or(name)
+        .trim_end_matches(".relay");
+    insta::with_settings!({snapshot_suffix => stem}, {
+        insta::assert_snapshot!("conflict", diags.render_plain(&sources));
+    });
 }
 
 #[test]

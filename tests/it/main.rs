@@ -2,6 +2,7 @@
 
 mod cli;
 mod devices;
+mod devices_props;
 mod docs;
 mod dsl;
 mod enumerate;

@@ -304,7 +304,21 @@ fn clash(c: Clash, at: Span) -> Diagnostic {
 /// Defaulting: a function's result takes the default device, then its parameters take the
 /// result's device; every other open expression takes the device of the context it appears in
 /// (a let-bound variable that of its `let`, a call argument that of its parameter or call).
+///
+/// A later step may fill a field of a function's result after its parameters took their
+/// defaults from it, so the whole procedure is repeated until nothing changes (it only ever fills
+/// unset fields, so this ends).
 fn set_defaults(s: &mut Solution, default: &VirtualDevice) {
+    for _ in 0..16 {
+        let before = s.doms.changes;
+        default_pass(s, default);
+        if s.doms.changes == before {
+            break;
+        }
+    }
+}
+
+fn default_pass(s: &mut Solution, default: &VirtualDevice) {
     let m = s.m;
     let mut visited = vec![false; m.exprs.len()];
     let mut stack: Vec<(ExprId, VirtualDevice)> = Vec::new();
@@ -348,8 +362,15 @@ fn set_defaults(s: &mut Solution, default: &VirtualDevice) {
                 let d = s.dom(e);
                 s.doms.set_default(d, &ctx);
                 let here = s.doms.device(d);
+                // The argument of a copy or of a constraining `on_device` may live elsewhere: it
+                // defaults from the annotation, not from the call's context.
                 let copy_src = match annotation(m, e) {
                     Some(Annotation::Copy { src, .. }) => Some(src),
+                    Some(Annotation::OnDevice { device, body, .. })
+                        if (body || s.fixed[e.index()]) && !device.is_unconstrained() =>
+                    {
+                        Some(device)
+                    }
                     _ => None,
                 };
                 if let Callee::Expr(c) = callee {

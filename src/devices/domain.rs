@@ -41,6 +41,8 @@ pub(crate) enum Clash {
 pub(crate) struct Domains {
     nodes: Vec<Node>,
     parent: Vec<u32>,
+    /// How many times defaulting changed a device (to detect a fixed point).
+    pub changes: u64,
 }
 
 impl Domains {
@@ -202,8 +204,14 @@ impl Domains {
         let r = self.find(d);
         match self.nodes[r.0 as usize].clone() {
             Node::First { device, origin } => {
-                let device = device.default_from(default);
-                self.nodes[r.0 as usize] = Node::First { device, origin };
+                let filled = device.default_from(default);
+                if filled != device {
+                    self.changes += 1;
+                    self.nodes[r.0 as usize] = Node::First {
+                        device: filled,
+                        origin,
+                    };
+                }
             }
             Node::Func { params, result } if depth > 0 => {
                 self.set_default_within(result, default, depth - 1);

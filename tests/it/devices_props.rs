@@ -2,6 +2,8 @@
 //! let binders, function results, `on_device` in its three forms, `device_copy`, tuples, let-bound
 //! and primitive functions):
 //!
+//! `if` expressions and higher-order calls are among the steps.
+//!
 //! * the input (with all its device syntax) round-trips through print and parse;
 //! * planning either fails with spanned `E07xx` diagnostics, or its planned module round-trips,
 //!   DPL expands it without errors to exactly DP's complete representation, printing and
@@ -33,6 +35,13 @@ fn binder(name: &str, k: u8) -> String {
     }
 }
 
+fn binder_bool(k: u8) -> String {
+    match device(k / 7) {
+        Some(d) => format!("%c {{virtual_device={d}}}: bool"),
+        None => "%c: bool".to_string(),
+    }
+}
+
 /// Builds a module from `(kind, a, b, device)` steps over values of type `T`.
 fn program(params: u8, param_devices: &[u8], steps: &[(u8, u8, u8, u8)], result: u8) -> String {
     let mut lines = Vec::new();
@@ -53,7 +62,7 @@ fn program(params: u8, param_devices: &[u8], steps: &[(u8, u8, u8, u8)], result:
         let x = vals[a as usize % vals.len()].clone();
         let y = vals[b as usize % vals.len()].clone();
         let dev = device(d);
-        match (kind % 9, dev) {
+        match (kind % 10, dev) {
             (0, _) => fresh(&mut lines, &mut vals, format!("add({x}, {y})")),
             (1, _) => fresh(&mut lines, &mut vals, format!("nn.relu({x})")),
             (2, Some(dv)) => {
@@ -111,9 +120,29 @@ fn program(params: u8, param_devices: &[u8], steps: &[(u8, u8, u8, u8)], result:
                 let f = vals.pop().unwrap_or_default();
                 fresh(&mut lines, &mut vals, format!("{f}({x})"));
             }
+            (8, _) if b % 2 == 0 => {
+                fresh(
+                    &mut lines,
+                    &mut vals,
+                    format!("if (%c) {{ {x} }} else {{ {y} }}"),
+                );
+            }
+            (8, _) => {
+                let name = format!("h{s}");
+                lines.push(format!(
+                    "  let %{name} = fn (%g{s}: fn ({T}) -> {T}, %v{s}: {T}) {{ %g{s}(%v{s}) }};"
+                ));
+                let result = device(d).map_or(String::new(), |rv| format!(", virtual_device={rv}"));
+                fresh(
+                    &mut lines,
+                    &mut vals,
+                    format!("%{name}(fn (%w{s}: {T}{result}) {{ nn.relu(%w{s}) }}, {x})"),
+                );
+            }
             _ => fresh(&mut lines, &mut vals, format!("subtract({x}, {y})")),
         }
     }
+    heads.push(binder_bool(result));
     if let Some(rv) = device(result) {
         heads.push(format!("virtual_device={rv}"));
     }
@@ -172,7 +201,7 @@ fn check(text: &str) -> Result<(), TestCaseError> {
         .map_err(|_| TestCaseError::fail(format!("re-planning fails\n{printed}")))?;
     if let Err(e) = modules_equal(&replanned.module, &plan.module) {
         return Err(TestCaseError::fail(format!(
-            "planning is not idempotent: {e}\n{printed}"
+            "planning is not idempotent: {e}\n{text}\n--- planned ---\n{printed}"
         )));
     }
     Ok(())

@@ -182,59 +182,7 @@ fn constrain(s: &mut Solution, e: ExprId) -> Result<(), (Clash, Span)> {
             }
         }
         Expr::Const(_) | Expr::Op(_) => {}
-        Expr::Call { callee, args, .. } => match (annotation(m, e), callee) {
-            (
-                Some(Annotation::OnDevice {
-                    device,
-                    body,
-                    result,
-                }),
-                _,
-            ) => {
-                if !device.is_unconstrained() {
-                    let fixed = s.fixed[e.index()];
-                    if body || fixed {
-                        let a = s.doms.first(device.clone(), Some(at));
-                        let d = s.dom(args[0]);
-                        s.doms.unify(a, d).map_err(here)?;
-                    }
-                    if result || fixed {
-                        let a = s.doms.first(device, Some(at));
-                        let d = s.dom(e);
-                        s.doms.unify(a, d).map_err(here)?;
-                    }
-                }
-            }
-            (Some(Annotation::Copy { src, dst }), _) => {
-                let a = s.doms.first(src, Some(at));
-                let d = s.dom(args[0]);
-                s.doms.unify(a, d).map_err(here)?;
-                let b = s.doms.first(dst, Some(at));
-                let d = s.dom(e);
-                s.doms.unify(b, d).map_err(here)?;
-            }
-            (None, Callee::Expr(c)) if !primitive_callee(m, &s.shape, *c) => {
-                let params: Vec<DomId> = args.iter().map(|&a| s.dom(a)).collect();
-                let result = s.dom(e);
-                let want = s.doms.func(params, result);
-                let have = s.dom(*c);
-                s.doms.unify(have, want).map_err(here)?;
-            }
-            (None, _) => {
-                for (i, &a) in args.iter().enumerate() {
-                    let (da, de) = (s.dom(a), s.dom(e));
-                    let both_first = s.doms.params(da).is_none() && s.doms.params(de).is_none();
-                    match s.doms.unify(da, de) {
-                        Ok(()) => {}
-                        // An argument already required on another device (by an earlier use)
-                        // is copied to this call: capture puts a `device_copy` on the edge. A
-                        // clash of two first-order roots leaves the store unchanged.
-                        Err(Clash::Devices(_)) if both_first => {}
-                        Err(c) => return Err((c, m.operand_span(e, i, a))),
-                    }
-                }
-            }
-        },
+        Expr::Call { callee, args, .. } => constrain_call(s, e, callee, args)?,
         Expr::Tuple(fields) => {
             for (i, &f) in fields.iter().enumerate() {
                 unify(s, f, e, m.operand_span(e, i, f))?;
@@ -259,6 +207,68 @@ fn constrain(s: &mut Solution, e: ExprId) -> Result<(), (Clash, Span)> {
                 let fd = s.func_dom(*f).map_err(here)?;
                 let d = s.dom(e);
                 s.doms.unify(d, fd).map_err(here)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A first-order requirement: `x` is on `device`, as the annotation at `origin` says.
+fn require(s: &mut Solution, x: ExprId, device: VirtualDevice, origin: Span) -> Result<(), Clash> {
+    let a = s.doms.first(device, Some(origin));
+    let d = s.dom(x);
+    s.doms.unify(a, d)
+}
+
+fn constrain_call(
+    s: &mut Solution,
+    e: ExprId,
+    callee: &Callee,
+    args: &[ExprId],
+) -> Result<(), (Clash, Span)> {
+    let m = s.m;
+    let at = m.span(e);
+    let here = |c| (c, at);
+    match (annotation(m, e), callee) {
+        (
+            Some(Annotation::OnDevice {
+                device,
+                body,
+                result,
+            }),
+            _,
+        ) => {
+            let fixed = s.fixed[e.index()];
+            if !device.is_unconstrained() && (body || fixed) {
+                require(s, args[0], device.clone(), at).map_err(here)?;
+            }
+            if !device.is_unconstrained() && (result || fixed) {
+                require(s, e, device, at).map_err(here)?;
+            }
+        }
+        (Some(Annotation::Copy { src, dst }), _) => {
+            require(s, args[0], src, at).map_err(here)?;
+            require(s, e, dst, at).map_err(here)?;
+        }
+        (None, Callee::Expr(c)) if !primitive_callee(m, &s.shape, *c) => {
+            let params: Vec<DomId> = args.iter().map(|&a| s.dom(a)).collect();
+            let result = s.dom(e);
+            let want = s.doms.func(params, result);
+            let have = s.dom(*c);
+            s.doms.unify(have, want).map_err(here)?;
+        }
+        (None, _) => {
+            for (i, &a) in args.iter().enumerate() {
+                let (da, de) = (s.dom(a), s.dom(e));
+                let both_first = s.doms.params(da).is_none() && s.doms.params(de).is_none();
+                match s.doms.unify(da, de) {
+                    Ok(()) => {}
+                    // An argument already required on another device (by an earlier use) is
+                    // copied to this call: capture puts a `device_copy` on the edge. A clash of
+                    // two first-order roots leaves the store unchanged.
+                    Err(Clash::Devices(_)) if both_first => {}
+                    Err(c) => return Err((c, m.operand_span(e, i, a))),
+                }
             }
         }
     }

@@ -190,49 +190,7 @@ fn planned_expr(s: &mut Solution, o: &mut Out, e: ExprId) -> ExprId {
                     ],
                 )
             }
-            None => {
-                let (callee, known) = match callee {
-                    Callee::Op(op) => (Callee::Op(*op), None),
-                    Callee::Expr(c) => {
-                        let known = if primitive_callee(m, &s.shape, *c) {
-                            None
-                        } else {
-                            Some((*c, known_func(m, &s.shape, *c).is_some()))
-                        };
-                        (Callee::Expr(o.map[c.index()]), known)
-                    }
-                };
-                let mut new_args = Vec::with_capacity(args.len());
-                for (i, &a) in args.iter().enumerate() {
-                    let (expected, lexical) = match known {
-                        Some((c, is_known)) => {
-                            let want = s.param_device(c, i).unwrap_or_else(|| here.clone());
-                            let lexical = if is_known { want.clone() } else { here.clone() };
-                            (want, lexical)
-                        }
-                        None => (here.clone(), here.clone()),
-                    };
-                    let mut child = o.edge(a, &expected);
-                    if expected != lexical && !expected.is_unconstrained() && !o.intrinsic(child) {
-                        child = o.annotation_call(
-                            "on_device",
-                            child,
-                            a,
-                            &[
-                                ("constrain_result", AttrValue::Bool(true)),
-                                ("virtual_device", AttrValue::Device(expected)),
-                            ],
-                        );
-                    }
-                    new_args.push(child);
-                }
-                let x = Expr::Call {
-                    callee,
-                    args: new_args,
-                    attrs: attrs.clone(),
-                };
-                o.push(x, e, here)
-            }
+            None => capture_call(s, o, e, callee, args, attrs),
         },
         Expr::Tuple(fields) => {
             let fields = fields.iter().map(|&f| o.edge(f, &here)).collect();
@@ -275,6 +233,61 @@ fn planned_expr(s: &mut Solution, o: &mut Out, e: ExprId) -> ExprId {
             o.push(x, e, here)
         }
     }
+}
+
+/// An ordinary call: each argument is copied to where its parameter is, and keeps a fixed
+/// `on_device` when the lexical rules could not tell where that is.
+fn capture_call(
+    s: &mut Solution,
+    o: &mut Out,
+    e: ExprId,
+    callee: &Callee,
+    args: &[ExprId],
+    attrs: &Attrs,
+) -> ExprId {
+    let m = s.m;
+    let here = o.input[e.index()].clone();
+    let (callee, known) = match callee {
+        Callee::Op(op) => (Callee::Op(*op), None),
+        Callee::Expr(c) => {
+            let known = if primitive_callee(m, &s.shape, *c) {
+                None
+            } else {
+                Some((*c, known_func(m, &s.shape, *c).is_some()))
+            };
+            (Callee::Expr(o.map[c.index()]), known)
+        }
+    };
+    let mut new_args = Vec::with_capacity(args.len());
+    for (i, &a) in args.iter().enumerate() {
+        let (expected, lexical) = match known {
+            Some((c, is_known)) => {
+                let want = s.param_device(c, i).unwrap_or_else(|| here.clone());
+                let lexical = if is_known { want.clone() } else { here.clone() };
+                (want, lexical)
+            }
+            None => (here.clone(), here.clone()),
+        };
+        let mut child = o.edge(a, &expected);
+        if expected != lexical && !expected.is_unconstrained() && !o.intrinsic(child) {
+            child = o.annotation_call(
+                "on_device",
+                child,
+                a,
+                &[
+                    ("constrain_result", AttrValue::Bool(true)),
+                    ("virtual_device", AttrValue::Device(expected)),
+                ],
+            );
+        }
+        new_args.push(child);
+    }
+    let x = Expr::Call {
+        callee,
+        args: new_args,
+        attrs: attrs.clone(),
+    };
+    o.push(x, e, here)
 }
 
 /// An expression with its operands renamed through `map` (function bodies are renamed later).

@@ -106,12 +106,13 @@ pub(crate) fn solve<'m>(
             }
         }
     }
-    // Annotations first, then the structure: so an operator argument that its other uses
-    // already place on another device is known to clash, and gets a copy (see `constrain`).
-    for annotations in [true, false] {
+    // Annotations first, then the rest of the structure, then the device-polymorphic calls: an
+    // operand of such a call that everything else already places on another device is known to
+    // clash with it, and gets a copy instead (see `constrain_call`).
+    for phase in 0..3 {
         for i in 0..m.exprs.len() {
             let e = ExprId(i as u32);
-            if s.shape.planned[i] && is_annotation(m, e) == annotations {
+            if s.shape.planned[i] && constraint_phase(m, &s.shape, e) == phase {
                 if let Err((c, at)) = constrain(&mut s, e) {
                     diags.push(clash(c, at));
                 }
@@ -125,10 +126,23 @@ pub(crate) fn solve<'m>(
     Ok(s)
 }
 
-/// Whether an expression's constraints come from an annotation alone (a binder, a function's
-/// result device, `on_device`, `device_copy`).
-fn is_annotation(m: &Module, e: ExprId) -> bool {
-    matches!(m.expr(e), Expr::Var(_) | Expr::Func(_)) || annotation(m, e).is_some()
+/// When an expression's constraints are collected: 0 for annotations alone (a binder, a
+/// function's result device, `on_device`, `device_copy`), 2 for device-polymorphic calls (whose
+/// operands may be copied), 1 for the rest.
+fn constraint_phase(m: &Module, shape: &Shape, e: ExprId) -> u8 {
+    match m.expr(e) {
+        Expr::Var(_) | Expr::Func(_) => 0,
+        Expr::Call { .. } if annotation(m, e).is_some() => 0,
+        Expr::Call {
+            callee: Callee::Op(_),
+            ..
+        } => 2,
+        Expr::Call {
+            callee: Callee::Expr(c),
+            ..
+        } if primitive_callee(m, shape, *c) => 2,
+        _ => 1,
+    }
 }
 
 /// A normal `on_device` that is a let-bound value or a function body pins its context too.

@@ -5,7 +5,7 @@
 //! on another device than its user needs; binders and function results get their devices. Where
 //! the lexical rules of [`super::expand`] could not recover an argument's device (an argument of a
 //! call whose callee is not a known function, passed on another device than the call's), the
-//! argument keeps a fixed `on_device`.
+//! argument (even a variable or a copy) keeps a fixed `on_device`.
 
 use super::analyze::Solution;
 use super::{annotation, is_unplanned, known_func, primitive_callee, Annotation};
@@ -59,8 +59,7 @@ impl Out<'_> {
     /// The output operand for input operand `c` of a user that needs it on `expected`.
     fn edge(&mut self, c: ExprId, expected: &VirtualDevice) -> ExprId {
         let oc = self.map[c.index()];
-        let is_function = matches!(self.m.ty(c), Some(Type::Func(_)))
-            || matches!(self.m.expr(c), Expr::Op(_) | Expr::Func(_));
+        let is_function = self.is_function(c);
         let have = self.input[c.index()].clone();
         if is_function
             || have == *expected
@@ -80,21 +79,10 @@ impl Out<'_> {
         )
     }
 
-    /// Whether the lexical rules give an output expression its own device, whatever its context.
-    fn intrinsic(&self, o: ExprId) -> bool {
-        let out = &self.out;
-        match out.expr(o) {
-            Expr::Var(_) => true,
-            Expr::Func(f) => !is_unplanned(out.func(*f)),
-            Expr::Global(g) => out.globals[g.index()]
-                .def
-                .is_some_and(|f| !is_unplanned(out.func(f))),
-            Expr::Call { .. } => matches!(
-                annotation(out, o),
-                Some(Annotation::Copy { .. }) | Some(Annotation::OnDevice { result: true, .. })
-            ),
-            _ => false,
-        }
+    /// Whether an input expression is a function value (never copied or wrapped).
+    fn is_function(&self, c: ExprId) -> bool {
+        matches!(self.m.ty(c), Some(Type::Func(_)))
+            || matches!(self.m.expr(c), Expr::Op(_) | Expr::Func(_))
     }
 }
 
@@ -269,7 +257,7 @@ fn capture_call(
             None => (here.clone(), here.clone()),
         };
         let mut child = o.edge(a, &expected);
-        if expected != lexical && !expected.is_unconstrained() && !o.intrinsic(child) {
+        if expected != lexical && !expected.is_unconstrained() && !o.is_function(a) {
             child = o.annotation_call(
                 "on_device",
                 child,

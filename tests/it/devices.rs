@@ -261,3 +261,38 @@ def @main(%x: Tensor[(4), float32]) {
     assert!(plan.device_of(add).is_unconstrained());
     assert!(plan.allows(add, &VirtualDevice::for_device(1, 0)));
 }
+
+#[test]
+fn long_chains_plan_without_deep_recursion() {
+    // 20 000 lets alternating between two devices, and as many graph bindings: planning,
+    // expanding and printing run in a thread with a small stack.
+    let gpu = r#"VirtualDevice(device="cuda", id=0)"#;
+    let cpu = r#"VirtualDevice(device="cpu", id=0)"#;
+    let mut text = String::from("#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(4), float32]) {\n");
+    text.push_str("  %0 = nn.relu(%x);\n");
+    for i in 1..20_000 {
+        text.push_str(&format!("  %{i} = negative(%{});\n", i - 1));
+    }
+    text.push_str("  let %l0 = %19999;\n");
+    for i in 1..20_000 {
+        let device = if i % 2 == 0 { gpu } else { cpu };
+        let value = format!("on_device(negative(%l{}), virtual_device={device})", i - 1);
+        text.push_str(&format!("  let %l{i} = {value};\n"));
+    }
+    text.push_str("  %l19999\n}\n");
+    let worker = std::thread::Builder::new()
+        .stack_size(512 << 10)
+        .spawn(move || {
+            let (_, _, m) = load_text("chain.relay", &text);
+            let m = m.expect("the chain loads");
+            let plan = plan_devices(&m, &VirtualDevice::for_device(1, 0)).expect("plans");
+            let complete = expand(&plan.module).expect("expands");
+            let printed = print_module(&plan.module);
+            (complete.len(), printed.matches("device_copy").count())
+        })
+        .unwrap();
+    let (n, copies) = worker.join().expect("no stack overflow");
+    assert!(n > 60_000);
+    // Every let after the first reads the previous one from the other device.
+    assert_eq!(copies, 19_998);
+}

@@ -5,6 +5,7 @@
 
 pub mod cost;
 pub mod dataflow;
+pub mod devices;
 pub mod diag;
 pub mod driver;
 pub mod dsl;

@@ -102,6 +102,24 @@ enum Command {
         #[arg(long)]
         prune: bool,
     },
+    /// Plan the virtual device of every expression and print the planned module.
+    PlanDevices {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Print the minimal representation: devices on parameters, let-bound variables and
+        /// function results, plus the copies (the default).
+        #[arg(long, conflicts_with = "complete")]
+        minimal: bool,
+        /// Print the complete representation: also the device of every expression, in comments.
+        #[arg(long)]
+        complete: bool,
+        /// The device of whatever no annotation constrains: `cpu`, `cuda`, `cuda(1)`, ...
+        #[arg(long, value_name = "DEV", default_value = "cpu", value_parser = parse_device)]
+        default_device: collage::ir::VirtualDevice,
+        /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
+        #[arg(long)]
+        no_type_comments: bool,
+    },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
         /// The model file (`.relay`).
@@ -168,6 +186,12 @@ fn main() -> ExitCode {
     ExitCode::from(outcome.exit_code())
 }
 
+fn parse_device(text: &str) -> Result<collage::ir::VirtualDevice, String> {
+    driver::parse_device_arg(text).ok_or_else(|| {
+        format!("`{text}` is not a device (expected e.g. `cpu`, `cuda` or `cuda(1)`)")
+    })
+}
+
 fn run_fallback() -> Outcome {
     eprintln!("error: could not start the worker thread");
     Outcome::Internal
@@ -194,6 +218,20 @@ fn run(cli: Cli) -> Outcome {
                 byoc_max_depth: byoc_max_depth.max(1),
             };
             driver::candidates_command(&model, &rules, &targets, limits, json)
+        }
+        Command::PlanDevices {
+            model,
+            minimal: _,
+            complete,
+            default_device,
+            no_type_comments,
+        } => {
+            let form = if complete {
+                driver::DeviceForm::Complete
+            } else {
+                driver::DeviceForm::Minimal
+            };
+            driver::plan_devices_command(&model, form, &default_device, !no_type_comments)
         }
         Command::Fuse {
             model,

@@ -2,7 +2,7 @@
 //! checks this); codes are never reused for a different meaning.
 //!
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
-//! `E05xx` types, `E06xx` meta references and the metadata section, `E09xx` files and I/O.
+//! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx` files and I/O.
 
 use super::Code;
 
@@ -106,6 +106,16 @@ codes! {
     E0604 = "E0604", "meta reference of the wrong kind";
     /// A `/* ty=... */` comment that contradicts the metadata section.
     E0605 = "E0605", "constant type mismatch";
+
+    /// Two annotations that require one value to be on different virtual devices.
+    E0701 = "E0701", "conflicting virtual devices";
+    /// A function value whose device domain has another shape than where it is used.
+    E0702 = "E0702", "device domain shape mismatch";
+    /// A function parameter, let-bound variable or function result without a virtual device in
+    /// the minimal representation.
+    E0703 = "E0703", "missing critical virtual device";
+    /// A value used on another device than its own, with no `device_copy` between them.
+    E0704 = "E0704", "device mismatch without copy";
 
     /// A `.rules` text that does not fit the grammar.
     E1001 = "E1001", "syntax error in rules";

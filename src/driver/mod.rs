@@ -213,11 +213,13 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
 }
 
 mod candidates;
+mod devices;
 mod fuse;
 mod generate;
 pub mod partition;
 
 pub use candidates::candidates_command;
+pub use devices::{parse_device_arg, plan_devices_command, DeviceForm};
 pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};
 pub use generate::{
     generate_command, write_atomically, Generated, MAX_GENERATED_LAYERS, MAX_GENERATED_SEQ,

@@ -8,6 +8,12 @@ use std::collections::HashMap;
 
 /// Checks two modules for structural equality; the error describes the first difference.
 pub fn modules_equal(a: &Module, b: &Module) -> Result<(), String> {
+    modules_correspondence(a, b).map(|_| ())
+}
+
+/// Checks two modules for structural equality and returns the pairs of corresponding
+/// expressions (every expression reachable from a definition), sorted by the first module's ids.
+pub fn modules_correspondence(a: &Module, b: &Module) -> Result<Vec<(ExprId, ExprId)>, String> {
     let names = |m: &Module| {
         let mut v: Vec<String> = m
             .defs
@@ -33,7 +39,9 @@ pub fn modules_equal(a: &Module, b: &Module) -> Result<(), String> {
         let fb = b.def(name).ok_or("missing def")?;
         cx.func(fa, fb).map_err(|e| format!("in @{name}: {e}"))?;
     }
-    Ok(())
+    let mut pairs: Vec<(ExprId, ExprId)> = cx.exprs.into_iter().collect();
+    pairs.sort();
+    Ok(pairs)
 }
 
 struct Eq<'a> {

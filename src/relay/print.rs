@@ -38,6 +38,21 @@ pub fn print_module(m: &Module) -> String {
 
 /// Prints a module.
 pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
+    print_module_full(m, opts, None)
+}
+
+/// Prints a module with the device of every printed expression in its comment
+/// (` /* ty=T, device=VirtualDevice(...) */`): the complete representation of a device plan.
+/// `devices` is indexed by expression id.
+pub fn print_module_with_devices(
+    m: &Module,
+    opts: PrintOptions,
+    devices: &[VirtualDevice],
+) -> String {
+    print_module_full(m, opts, Some(devices))
+}
+
+fn print_module_full(m: &Module, opts: PrintOptions, devices: Option<&[VirtualDevice]>) -> String {
     let mut defs: Vec<(GlobalId, FuncId)> = m.defs.clone();
     defs.sort_by(|a, b| {
         m.globals[a.0.index()]
@@ -47,6 +62,7 @@ pub fn print_module_with(m: &Module, opts: PrintOptions) -> String {
     let roots: Vec<ExprId> = defs.iter().map(|(_, f)| m.func(*f).body).collect();
     let (scopes, root_scopes) = Scopes::compute(m, &roots);
     let mut p = Printer::new(m, opts, scopes);
+    p.devices = devices;
     p.out.push_str("#[version = \"0.0.5\"]\n");
     for (i, ((g, f), sc)) in defs.iter().zip(root_scopes).enumerate() {
         if i > 0 {
@@ -73,6 +89,7 @@ struct Printer<'m> {
     var_names: Vec<Option<String>>,
     used_names: HashSet<String>,
     scopes: Scopes,
+    devices: Option<&'m [VirtualDevice]>,
 }
 
 impl<'m> Printer<'m> {
@@ -103,6 +120,7 @@ impl<'m> Printer<'m> {
             var_names: vec![None; m.vars.len()],
             used_names: HashSet::new(),
             scopes,
+            devices: None,
         }
     }
 
@@ -137,9 +155,24 @@ impl<'m> Printer<'m> {
     }
 
     fn ty_comment(&self, e: ExprId) -> String {
-        match (self.opts.type_comments, self.m.ty(e)) {
-            (true, Some(t)) => format!(" /* ty={t} */"),
-            _ => String::new(),
+        let ty = match (self.opts.type_comments, self.m.ty(e)) {
+            (true, Some(t)) => Some(format!("ty={t}")),
+            _ => None,
+        };
+        self.comment(e, ty)
+    }
+
+    /// ` /* item, device=... */` from an optional first item and the expression's device.
+    fn comment(&self, e: ExprId, first: Option<String>) -> String {
+        let device = self
+            .devices
+            .and_then(|d| d.get(e.index()))
+            .map(|d| format!("device={d}"));
+        let items: Vec<String> = first.into_iter().chain(device).collect();
+        if items.is_empty() {
+            String::new()
+        } else {
+            format!(" /* {} */", items.join(", "))
         }
     }
 
@@ -343,7 +376,8 @@ impl<'m> Printer<'m> {
                         s.push_str(&self.ty_comment(e));
                     }
                     Constant::Meta { key, index, ty } => {
-                        let _ = write!(s, "meta[{key}][{index}] /* ty={ty} */");
+                        let _ = write!(s, "meta[{key}][{index}]");
+                        s.push_str(&self.comment(e, Some(format!("ty={ty}"))));
                     }
                 }
                 s

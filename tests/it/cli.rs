@@ -68,3 +68,75 @@ fn usage_error_exits_two() {
     let out = collage(&["parse"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+fn temp_model(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("collage-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[test]
+fn plan_devices_conflict_exits_one_with_both_spans() {
+    let file = temp_model(
+        "conflict.relay",
+        "#[version = \"0.0.5\"]\n\
+         def @main(%a {virtual_device=VirtualDevice(device=\"cpu\", id=0)}: Tensor[(4), float32]) {\n  \
+         %0 = on_device(%a, virtual_device=VirtualDevice(device=\"cuda\", id=0), constrain_result=True);\n  \
+         nn.relu(%0)\n}\n",
+    );
+    let out = collage(&["plan-devices", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("error[E0701]: conflicting virtual devices"),
+        "{err}"
+    );
+    assert!(err.contains("conflict.relay:3:"), "{err}");
+    assert!(err.contains("2 │ def @main(%a"), "{err}");
+    assert_eq!(err.matches("requires VirtualDevice(").count(), 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn plan_devices_prints_minimal_and_complete_forms() {
+    let file = temp_model(
+        "plan.relay",
+        "#[version = \"0.0.5\"]\n\
+         def @main(%a: Tensor[(4), float32]) {\n  \
+         %0 = on_device(nn.relu(%a), virtual_device=VirtualDevice(device=\"cuda\", id=0));\n  \
+         negative(%0)\n}\n",
+    );
+    let path = file.to_str().unwrap();
+    let out = collage(&["plan-devices", "--minimal", "--no-type-comments", path]);
+    assert_eq!(out.status.code(), Some(0));
+    let minimal = String::from_utf8(out.stdout).unwrap();
+    let cuda = "VirtualDevice(device=\"cuda\", id=0)";
+    let cpu = "VirtualDevice(device=\"cpu\", id=0)";
+    assert!(
+        minimal.contains(&format!(
+            "def @main(%a {{virtual_device={cuda}}}: Tensor[(4), float32], virtual_device={cpu}) {{"
+        )),
+        "{minimal}"
+    );
+    assert!(
+        minimal.contains(&format!(
+            "device_copy(%0, src_virtual_device={cuda}, dst_virtual_device={cpu})"
+        )),
+        "{minimal}"
+    );
+    assert!(!minimal.contains("on_device"), "{minimal}");
+    let out = collage(&["plan-devices", "--complete", path]);
+    assert_eq!(out.status.code(), Some(0));
+    let complete = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        complete.contains(&format!(
+            "nn.relu(%a) /* ty=Tensor[(4), float32], device={cuda} */"
+        )),
+        "{complete}"
+    );
+    let out = collage(&["plan-devices", "--default-device", "tpu", path]);
+    assert_eq!(out.status.code(), Some(2));
+}

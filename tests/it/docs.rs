@@ -40,7 +40,8 @@ fn every_relay_code_has_an_err_fixture() {
     let covered = expected_codes_of_fixtures("tests/fixtures/relay/err");
     let missing: Vec<_> = ALL_CODES
         .iter()
-        .filter(|c| c.id.starts_with("E0") && !c.id.starts_with("E09"))
+        // `E07xx` come from device planning, whose scenarios live in tests/fixtures/devices.
+        .filter(|c| c.id.starts_with("E0") && !c.id.starts_with("E09") && !c.id.starts_with("E07"))
         .filter(|c| !covered.contains(c.id))
         .map(|c| c.id)
         .collect();

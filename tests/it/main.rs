@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
 mod cli;
+mod devices;
+mod devices_props;
 mod docs;
 mod dsl;
 mod enumerate;

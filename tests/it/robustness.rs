@@ -116,6 +116,7 @@ fn exercise_front_end(name: &str, text: &str) -> Result<bool, String> {
                     "printing is not a fixed point\n--- printed ---\n{printed}\n--- reprinted ---\n{reprinted}"
                 ));
             }
+            exercise_device_planning(text, &m)?;
             Ok(true)
         }
         Err(diags) => {
@@ -127,6 +128,18 @@ fn exercise_front_end(name: &str, text: &str) -> Result<bool, String> {
             }
             Ok(false)
         }
+    }
+}
+
+/// Device planning of a loaded module either succeeds, with a plan whose minimal representation
+/// DPL expands without errors, or reports usable diagnostics.
+fn exercise_device_planning(text: &str, m: &collage::ir::Module) -> Result<(), String> {
+    let cpu = collage::ir::VirtualDevice::for_device(1, 0);
+    match collage::devices::plan_devices(m, &cpu) {
+        Ok(plan) => collage::devices::expand(&plan.module)
+            .map(|_| ())
+            .map_err(|d| format!("DPL rejects the planned module: {:?}", d.iter().next())),
+        Err(diags) => check_diagnostics(text, &diags),
     }
 }
 

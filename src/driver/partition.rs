@@ -81,9 +81,32 @@ pub fn partition_command(req: &Request) -> Outcome {
         Ok(m) => m,
         Err(o) => return o,
     };
-    let Some(main) = m.main() else {
+    if m.main().is_none() {
         eprintln!("error: the module has no `@main` function");
         return Outcome::InputErrors;
+    }
+    // Models with device annotations are planned first (with nothing defaulted), and the
+    // planned module, with its copies, is what gets partitioned.
+    let (m, devices) = if has_device_annotations(&m) {
+        match crate::devices::plan_devices(&m, &crate::ir::VirtualDevice::unconstrained()) {
+            Ok(plan) => {
+                let mut planned = plan.module;
+                if let Err(d) = crate::typeck::check(&mut planned) {
+                    super::report(&d, &sources);
+                    return Outcome::Internal;
+                }
+                (planned, Some(plan.devices))
+            }
+            Err(d) => {
+                super::report(&d, &sources);
+                return Outcome::InputErrors;
+            }
+        }
+    } else {
+        (m, None)
+    };
+    let Some(main) = m.main() else {
+        return Outcome::Internal;
     };
     let g = DataflowGraph::new(&m, main);
     let popts = partition::Options {
@@ -95,11 +118,27 @@ pub fn partition_command(req: &Request) -> Outcome {
         prune: req.prune,
     };
     let bar = Bar::new();
-    let plan = match partition::partition(&g, &program, &estimator, &popts, &bar) {
+    let plan = match partition::partition_on_devices(
+        &g,
+        &program,
+        &estimator,
+        &popts,
+        &bar,
+        devices.as_deref(),
+    ) {
         Ok(p) => p,
         Err(e) => {
             bar.finish();
-            let d = error_diagnostic(&m, &g, &program, &e);
+            let mut d = error_diagnostic(&m, &g, &program, &e);
+            if let (Some(devices), PartitionError::Uncovered { node, .. }) = (&devices, &e) {
+                if let Some(dev) = g.expr(*node).and_then(|x| devices.get(x.index())) {
+                    if !dev.is_unconstrained() {
+                        d = d.with_note(format!(
+                            "its planned device is {dev}; only targets whose device refines it may run it"
+                        ));
+                    }
+                }
+            }
             diag::emit_stderr(&d.into(), &sources);
             return match e {
                 PartitionError::Rewrite(_) => Outcome::Internal,
@@ -170,6 +209,23 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     }
     Outcome::Ok
+}
+
+/// Whether the model says anything about devices: `on_device` or `device_copy` calls, or
+/// devices on parameters, let-bound variables or function results.
+fn has_device_annotations(m: &Module) -> bool {
+    use crate::ir::{Callee, Expr};
+    m.exprs.iter().any(|e| match e {
+        Expr::Call {
+            callee: Callee::Op(op),
+            ..
+        } => matches!(
+            crate::ops::registry().get(*op).name,
+            "on_device" | "device_copy"
+        ),
+        _ => false,
+    }) || m.vars.iter().any(|v| !v.device.is_unconstrained())
+        || m.funcs.iter().any(|f| !f.result_device.is_unconstrained())
 }
 
 /// Keeps the named targets (and every host target).
@@ -332,6 +388,18 @@ fn lines(
     out
 }
 
+/// `cuda:0`, `cpu:0`, `cuda`, or `-` when unconstrained.
+fn short_device(d: &crate::ir::VirtualDevice) -> String {
+    let kind = d.device_type.map(|c| {
+        crate::ir::device::device_type_name(c).map_or_else(|| c.to_string(), str::to_string)
+    });
+    match (kind, d.virtual_device_id) {
+        (Some(k), Some(id)) => format!("{k}:{id}"),
+        (Some(k), None) => k,
+        (None, _) => "-".into(),
+    }
+}
+
 fn fmt_cost(s: f64) -> String {
     Cost::value(s).to_string()
 }
@@ -363,8 +431,8 @@ pub fn report_table(
         .max(6);
     let _ = writeln!(
         out,
-        "  {:name_w$}  {:target_w$}  {:>16}  {:>9}  operators",
-        "partition", "target", "cost", "lines"
+        "  {:name_w$}  {:target_w$}  {:7}  {:>16}  {:>9}  operators",
+        "partition", "target", "device", "cost", "lines"
     );
     for p in &plan.partitions {
         let ops = op_nodes(m, g, p);
@@ -384,9 +452,10 @@ pub fn report_table(
         };
         let _ = writeln!(
             out,
-            "  {:name_w$}  {:target_w$}  {:>16}  {:>9}  {ops_text}",
+            "  {:name_w$}  {:target_w$}  {:7}  {:>16}  {:>9}  {ops_text}",
             p.name,
             program.targets[p.target].name,
+            short_device(&program.targets[p.target].device),
             fmt_cost(p.cost),
             lines_text
         );
@@ -491,6 +560,7 @@ pub fn report_json(
                 "name": p.name,
                 "target": t.name,
                 "compiler": t.compiler,
+                "device": t.device.to_string(),
                 "cost": p.cost,
                 "lines": lines(m, g, sources, p).map(|(a, b)| vec![a, b]),
                 "nodes": nodes,

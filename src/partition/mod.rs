@@ -23,7 +23,7 @@ pub mod prune;
 use crate::cost::{cache, Cost, Estimator};
 use crate::dataflow::IndexSet;
 use crate::enumerate::{Candidate, DataflowGraph, Limits, SubGraph};
-use crate::ir::{Expr, Module};
+use crate::ir::{Expr, Module, VirtualDevice};
 use crate::ruletree::Program;
 use crate::search::{self, Compatible, Item, SearchError};
 
@@ -177,7 +177,7 @@ impl Progress for Silent {
     fn step(&self, _: usize) {}
 }
 
-/// Partitions the function of `g`.
+/// Partitions the function of `g`, with no device constraints.
 pub fn partition(
     g: &DataflowGraph<'_>,
     program: &Program,
@@ -185,8 +185,42 @@ pub fn partition(
     opts: &Options,
     progress: &dyn Progress,
 ) -> Result<Plan, PartitionError> {
+    partition_on_devices(g, program, estimator, opts, progress, None)
+}
+
+/// Whether a candidate may run where the devices were planned: the host runs no kernels and
+/// may take anything; any other target's device must refine the planned device of every node
+/// the candidate covers (collage-semantics §10, device-planning §6).
+pub fn device_allows(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    devices: &[VirtualDevice],
+    c: &Candidate,
+) -> bool {
+    let t = &program.targets[c.target];
+    t.is_host
+        || c.sub_graph.inside.iter().all(|i| {
+            g.expr(i)
+                .and_then(|e| devices.get(e.index()))
+                .is_none_or(|d| t.device.refines(d))
+        })
+}
+
+/// Partitions the function of `g`. With `devices` (the planned device of every expression of
+/// the graph's module), a candidate is kept only where [`device_allows`] it.
+pub fn partition_on_devices(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    estimator: &dyn Estimator,
+    opts: &Options,
+    progress: &dyn Progress,
+    devices: Option<&[VirtualDevice]>,
+) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
     let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits).candidates;
+    if let Some(devices) = devices {
+        candidates.retain(|c| device_allows(g, program, devices, c));
+    }
     let enumerated = candidates.len();
     let mut greedy_regions: Vec<(usize, Vec<usize>)> = Vec::new();
     for t in 0..program.targets.len() {

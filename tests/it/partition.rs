@@ -479,3 +479,86 @@ fn pruning_is_never_better_than_the_exact_search() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+
+/// A model annotated with `on_device` on two devices partitions with targets on both, every
+/// partition's target device refines the planned device of each node it covers, and the output
+/// keeps the copy and the parameter devices.
+#[test]
+fn two_device_model_partitions_on_both_devices() {
+    let path = root().join("tests/fixtures/partition-devices/two-devices.relay");
+    let m = load_ok(&path);
+    let plan = collage::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
+        .unwrap_or_else(|_| panic!("plans"));
+    let mut planned = plan.module.clone();
+    collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
+    let g = DataflowGraph::new(&planned, planned.main().unwrap());
+    let program = crate::enumerate::library();
+    let result = partition::partition_on_devices(
+        &g,
+        &program,
+        &collage::cost::analytic::Analytic,
+        &partition::Options::default(),
+        &partition::Silent,
+        Some(&plan.devices),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let mut device_types = std::collections::BTreeSet::new();
+    for p in &result.partitions {
+        let t = &program.targets[p.target];
+        if t.is_host {
+            continue;
+        }
+        for i in p.sub_graph.inside.iter() {
+            let e = g.expr(i).unwrap();
+            assert!(
+                t.device.refines(&plan.devices[e.index()]),
+                "{} on {} covers node {i} planned on {}",
+                p.name,
+                t.device,
+                plan.devices[e.index()]
+            );
+        }
+        device_types.insert(t.device.device_type);
+    }
+    assert_eq!(
+        device_types.len(),
+        2,
+        "targets on both devices: {device_types:?}"
+    );
+    let out = partition::rewrite(&g, &program, &result).unwrap();
+    let text = partition::finalize::check_round_trip(&planned, &out).unwrap();
+    assert!(text.contains("device_copy("), "{text}");
+    assert!(
+        text.contains("%c {virtual_device=VirtualDevice(device=\"cpu\", id=0)}"),
+        "{text}"
+    );
+    // Without the plan, the tail would go to the (cheaper) GPU.
+    let free = partition::partition(
+        &g,
+        &program,
+        &collage::cost::analytic::Analytic,
+        &partition::Options::default(),
+        &partition::Silent,
+    )
+    .unwrap();
+    assert!(free.total < result.total);
+}
+
+/// Conflicting annotations stop `collage partition` with the planner's diagnostic (both spans),
+/// exit code 1 and no panic.
+#[test]
+fn conflicting_devices_are_a_diagnostic() {
+    let path = root().join("tests/fixtures/devices/conflict-param-and-on-device.relay");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
+        .args(["partition", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("E0701"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}

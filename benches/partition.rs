@@ -7,6 +7,9 @@
 //!   add and concatenate patterns (`benches/reference.rules`), mock costs, depths 8 and 8, no
 //!   baselines.
 //!
+//! * `partition generated gpt2, <n> layers`: scaling (`collage::gen::gpt2`), all shipped targets,
+//!   analytic costs, no baselines.
+//!
 //! Run with `cargo bench --bench partition`.
 
 use collage::cost::analytic::Analytic;
@@ -80,9 +83,31 @@ fn bench_partition(c: &mut Criterion) {
     }
 }
 
+fn bench_scaling(c: &mut Criterion) {
+    let mut sources = SourceMap::new();
+    let library = check(
+        &mut sources,
+        &Provider::Embedded(collage::library::LIBRARY),
+        &collage::library::roots(),
+    )
+    .program
+    .expect("the shipped library checks");
+    let opts = Options {
+        baselines: false,
+        ..Options::default()
+    };
+    for layers in [12, 48] {
+        let file = sources.add(format!("gpt2_{layers}.relay"), collage::gen::gpt2(layers));
+        let m = collage::relay::load(&sources, file).expect("generated model loads");
+        c.bench_function(&format!("partition generated gpt2, {layers} layers"), |b| {
+            b.iter(|| run(&m, &library, &Analytic, &opts))
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10);
-    targets = bench_partition
+    targets = bench_partition, bench_scaling
 }
 criterion_main!(benches);

@@ -205,15 +205,19 @@ pub(super) fn combine(
                     first_new,
                     &mut |seen: &mut Seen, sg, name| push(seen, sg, name, &mut added),
                     &mut seen,
-                    &mut insides,
                 ),
                 Combiner::TupleProj => {
-                    for c in &all[first_new..] {
+                    for (ci, c) in all.iter().enumerate().skip(first_new) {
                         for o in c.sub_graph.output.iter() {
                             let is_proj = g
                                 .expr(o)
                                 .is_some_and(|e| matches!(g.module.expr(e), Expr::Proj { .. }));
                             if !is_proj {
+                                continue;
+                            }
+                            if c.sub_graph.nested.is_empty()
+                                && seen.knows_plus(fps[ci], &c.sub_graph.inside, o)
+                            {
                                 continue;
                             }
                             let proj = SubGraph::with(
@@ -326,10 +330,18 @@ type Buckets = [Vec<usize>; KINDS];
 
 /// Whether `c` is exactly the union of `a` and `b`.
 fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
-    let (ra, rb, rc) = (a.word_range(), b.word_range(), c.word_range());
-    let lo = ra.start.min(rb.start).min(rc.start);
-    let hi = ra.end.max(rb.end).max(rc.end);
-    (lo..hi).all(|i| c.word(i) == a.word(i) | b.word(i))
+    let rc = c.word_range();
+    // Stored words start and end non-zero, so a subset's words lie within `c`'s.
+    let within = |s: &IndexSet| {
+        let r = s.word_range();
+        s.is_empty() || (rc.start <= r.start && r.end <= rc.end)
+    };
+    within(a)
+        && within(b)
+        && c.words()
+            .iter()
+            .enumerate()
+            .all(|(k, &w)| w == a.word(rc.start + k) | b.word(rc.start + k))
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
@@ -388,6 +400,19 @@ impl Seen {
             .is_some_and(|ks| ks.iter().any(|&k| self.sets[k as usize] == *inside))
     }
 
+    /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
+    /// `fp`) plus node `o` was already seen.
+    fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
+        self.plain
+            .get(&fp.wrapping_add(self.node_hash[o]))
+            .is_some_and(|ks| {
+                ks.iter().any(|&k| {
+                    let s = &self.sets[k as usize];
+                    s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s)
+                })
+            })
+    }
+
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
     /// `fa` and `fb`, was already seen.
     fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
@@ -443,9 +468,10 @@ fn tuple_arg(
     first_new: usize,
     push: &mut dyn FnMut(&mut Seen, SubGraph, String),
     seen: &mut Seen,
-    insides: &mut Insides,
 ) {
     let g = cx.g;
+    let mut contain: Vec<u64> = Vec::new();
+    let mut overlapping: Vec<u64> = Vec::new();
     for (ci, consumer) in all.iter().enumerate() {
         if consumer.sub_graph.kind > OpPattern::Injective {
             continue;
@@ -476,6 +502,10 @@ fn tuple_arg(
             for j in (0..producers.len()).rev() {
                 suffix_new[j] = suffix_new[j + 1] || producers[j].iter().any(|&p| p >= first_new);
             }
+            if ci < first_new && !suffix_new[0] {
+                // Nothing new can take part.
+                continue;
+            }
             let mut start = IndexSet::from_indices(g.len(), [t]);
             start.union_with(&consumer.sub_graph.inside);
             let mut partials: Vec<(bool, IndexSet, Vec<usize>)> =
@@ -484,31 +514,61 @@ fn tuple_arg(
                 let mut next: Vec<(bool, IndexSet, Vec<usize>)> = Vec::new();
                 let mut seen: HashSet<IndexSet> = HashSet::default();
                 // Producers are in index order: those from the last round come last.
-                let new_ps = &ps[ps.partition_point(|&p| p < first_new)..];
+                let new_from = ps.partition_point(|&p| p < first_new);
+                // Row `x` of `contain`: which producers (bit `k` for `ps[k]`) contain node `x`,
+                // so that those overlapping a partial are found from its nodes.
+                let words = ps.len().div_ceil(64);
+                contain.resize(g.len() * words, 0);
+                for (k, &p) in ps.iter().enumerate() {
+                    for x in all[p].sub_graph.inside.iter() {
+                        contain[x * words + k / 64] |= 1 << (k % 64);
+                    }
+                }
                 for (has_new, acc, members) in &partials {
                     // With nothing new so far and no new producer in later fields, only new
                     // producers here can make a combination not tried before.
-                    let candidates = if *has_new || suffix_new[j + 1] {
-                        &ps[..]
+                    let from = if *has_new || suffix_new[j + 1] {
+                        0
                     } else {
-                        new_ps
+                        new_from
                     };
-                    let side = insides.load(acc);
-                    for &p in candidates {
-                        let is_new = *has_new || p >= first_new;
-                        // Overlapping producers are skipped, not fatal.
-                        if insides.overlaps(p, side.clone()) {
-                            continue;
+                    // Overlapping producers are skipped, not fatal.
+                    overlapping.clear();
+                    overlapping.resize(words, 0);
+                    for x in acc.iter() {
+                        for (m, &c) in overlapping.iter_mut().zip(&contain[x * words..][..words]) {
+                            *m |= c;
                         }
-                        let inside = acc.union(&all[p].sub_graph.inside);
-                        if !seen.insert(inside.clone()) {
-                            continue;
-                        }
-                        let mut m = members.clone();
-                        m.push(p);
-                        next.push((is_new, inside, m));
                     }
-                    insides.unload(side);
+                    for (w, &over) in overlapping.iter().enumerate() {
+                        let mut free = !over;
+                        if w == from / 64 {
+                            free &= !0 << (from % 64);
+                        } else if w < from / 64 {
+                            continue;
+                        }
+                        while free != 0 {
+                            let k = w * 64 + free.trailing_zeros() as usize;
+                            free &= free - 1;
+                            if k >= ps.len() {
+                                break;
+                            }
+                            let p = ps[k];
+                            let is_new = *has_new || p >= first_new;
+                            let inside = acc.union(&all[p].sub_graph.inside);
+                            if !seen.insert(inside.clone()) {
+                                continue;
+                            }
+                            let mut m = members.clone();
+                            m.push(p);
+                            next.push((is_new, inside, m));
+                        }
+                    }
+                }
+                for &p in ps {
+                    for x in all[p].sub_graph.inside.iter() {
+                        contain[x * words..][..words].fill(0);
+                    }
                 }
                 partials = next;
                 if partials.is_empty() {

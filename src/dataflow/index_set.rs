@@ -106,6 +106,24 @@ impl IndexSet {
         }
     }
 
+    /// The set of the given indices, in increasing order (all must be `< len`).
+    pub fn from_sorted(len: usize, indices: &[usize]) -> IndexSet {
+        let (Some(&first), Some(&last)) = (indices.first(), indices.last()) else {
+            return IndexSet::new(len);
+        };
+        debug_assert!(indices.windows(2).all(|w| w[0] <= w[1]) && last < len);
+        let lo = first / 64;
+        let mut words = vec![0; last / 64 + 1 - lo];
+        for &i in indices {
+            words[i / 64 - lo] |= 1 << (i % 64);
+        }
+        IndexSet {
+            len: len as u32,
+            lo: lo as u32,
+            words,
+        }
+    }
+
     /// The universe size.
     pub fn len(&self) -> usize {
         self.len as usize

@@ -45,13 +45,13 @@ pub(super) fn combine(
                  by_output: &mut [Buckets]| {
         let k = c.sub_graph.kind as usize;
         for e in c.sub_graph.entry.iter() {
-            by_entry[e][k].push(ci);
+            by_entry[e][k].push(Member::new(ci, &c.sub_graph.inside));
         }
         for e in c.sub_graph.exit.iter() {
             by_exit[e].push(ci);
         }
         for o in c.sub_graph.output.iter() {
-            by_output[o][k].push(ci);
+            by_output[o][k].push(Member::new(ci, &c.sub_graph.inside));
         }
     };
     for (ci, c) in all.iter().enumerate() {
@@ -152,13 +152,17 @@ pub(super) fn combine(
                         partners.clear();
                         for o in up.sub_graph.output.iter() {
                             for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
-                                for &di in bucket {
-                                    if mark[di] != query {
+                                for m in bucket {
+                                    let di = m.index as usize;
+                                    if insides.meets_first_word(m)
+                                        || mark[di] == query
+                                        || insides.overlaps(di, side.clone())
+                                    {
                                         mark[di] = query;
-                                        if !insides.overlaps(di, side.clone()) {
-                                            partners.push(di);
-                                        }
+                                        continue;
                                     }
+                                    mark[di] = query;
+                                    partners.push(di);
                                 }
                             }
                         }
@@ -177,17 +181,21 @@ pub(super) fn combine(
                         partners.clear();
                         for e in down.sub_graph.entry.iter() {
                             for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
-                                for &ui in bucket {
+                                for m in bucket {
+                                    let ui = m.index as usize;
                                     if ui >= first_new {
                                         // Buckets are in index order.
                                         break;
                                     }
-                                    if mark[ui] != query {
+                                    if insides.meets_first_word(m)
+                                        || mark[ui] == query
+                                        || insides.overlaps(ui, side.clone())
+                                    {
                                         mark[ui] = query;
-                                        if !insides.overlaps(ui, side.clone()) {
-                                            partners.push(ui);
-                                        }
+                                        continue;
                                     }
+                                    mark[ui] = query;
+                                    partners.push(ui);
                                 }
                             }
                         }
@@ -311,6 +319,15 @@ impl Insides {
         self.dense[range].fill(0);
     }
 
+    /// Whether the first word of an indexed candidate meets the loaded set (if not, the rest of
+    /// it still may).
+    #[inline]
+    fn meets_first_word(&self, m: &Member) -> bool {
+        self.dense
+            .get(m.word as usize)
+            .is_some_and(|&w| w & m.bits != 0)
+    }
+
     /// Whether set `k` meets the loaded set, whose words are in `range`.
     #[inline]
     fn overlaps(&self, k: usize, range: std::ops::Range<usize>) -> bool {
@@ -326,7 +343,29 @@ impl Insides {
 const KINDS: usize = 9;
 
 /// Candidate indices bucketed by candidate kind.
-type Buckets = [Vec<usize>; KINDS];
+type Buckets = [Vec<Member>; KINDS];
+
+/// A candidate in an index, with the first word of its inside set: sets that overlap mostly
+/// share their most upstream node (a node whose outputs fan out), so this word settles most
+/// overlap tests without looking the set up.
+#[derive(Clone, Copy)]
+struct Member {
+    index: u32,
+    /// Index of the first non-zero word of the inside set, and that word.
+    word: u32,
+    bits: u64,
+}
+
+impl Member {
+    fn new(index: usize, inside: &IndexSet) -> Member {
+        let word = inside.word_range().start;
+        Member {
+            index: index as u32,
+            word: word as u32,
+            bits: inside.word(word),
+        }
+    }
+}
 
 /// Whether `c` is exactly the union of `a` and `b`.
 fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
@@ -355,9 +394,11 @@ type Key = (IndexSet, Vec<(IndexSet, Option<String>)>);
 struct Seen {
     /// Sub-graphs with nested parts.
     keys: HashSet<Key>,
-    /// Fingerprint of a plain sub-graph's inside set to positions in `sets`.
-    plain: rustc_hash::FxHashMap<u64, Vec<u32>>,
-    sets: Vec<IndexSet>,
+    /// Fingerprint of a plain sub-graph's inside set to the last position in `sets` with it.
+    plain: rustc_hash::FxHashMap<u64, u32>,
+    /// Inside sets of plain sub-graphs, each with the previous position with the same
+    /// fingerprint (`u32::MAX` for none).
+    sets: Vec<(IndexSet, u32)>,
     /// The number of each node.
     node_hash: Vec<u64>,
 }
@@ -384,33 +425,36 @@ impl Seen {
             return self.keys.insert(key_of(sg));
         }
         let fp = self.fingerprint(&sg.inside);
-        let bucket = self.plain.entry(fp).or_default();
-        if bucket.iter().any(|&k| self.sets[k as usize] == sg.inside) {
+        if self.same_fingerprint(fp).any(|s| *s == sg.inside) {
             return false;
         }
-        bucket.push(self.sets.len() as u32);
-        self.sets.push(sg.inside.clone());
+        let k = self.sets.len() as u32;
+        let prev = self.plain.insert(fp, k).unwrap_or(u32::MAX);
+        self.sets.push((sg.inside.clone(), prev));
         true
+    }
+
+    /// The recorded plain inside sets with fingerprint `fp`.
+    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &IndexSet> + '_ {
+        let mut k = self.plain.get(&fp).copied().unwrap_or(u32::MAX);
+        std::iter::from_fn(move || {
+            let (s, prev) = self.sets.get(k as usize)?;
+            k = *prev;
+            Some(s)
+        })
     }
 
     /// Whether a sub-graph without nested parts and with this inside set was already seen.
     fn knows(&self, inside: &IndexSet) -> bool {
-        self.plain
-            .get(&self.fingerprint(inside))
-            .is_some_and(|ks| ks.iter().any(|&k| self.sets[k as usize] == *inside))
+        self.same_fingerprint(self.fingerprint(inside))
+            .any(|s| s == inside)
     }
 
     /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
     /// `fp`) plus node `o` was already seen.
     fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
-        self.plain
-            .get(&fp.wrapping_add(self.node_hash[o]))
-            .is_some_and(|ks| {
-                ks.iter().any(|&k| {
-                    let s = &self.sets[k as usize];
-                    s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s)
-                })
-            })
+        self.same_fingerprint(fp.wrapping_add(self.node_hash[o]))
+            .any(|s| s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s))
     }
 
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
@@ -418,10 +462,8 @@ impl Seen {
     fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
         if a.nested.is_empty() && b.nested.is_empty() {
             let (a, b) = (&a.inside, &b.inside);
-            self.plain.get(&fa.wrapping_add(fb)).is_some_and(|ks| {
-                ks.iter()
-                    .any(|&k| is_union_of(&self.sets[k as usize], a, b))
-            })
+            self.same_fingerprint(fa.wrapping_add(fb))
+                .any(|s| is_union_of(s, a, b))
         } else {
             self.keys.contains(&union_key(a, b))
         }

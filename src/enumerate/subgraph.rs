@@ -126,8 +126,8 @@ impl SubGraph {
                 sc.d[i] = 0;
             }
             SubGraph {
-                entry: IndexSet::from_slice(n, &sc.entry),
-                exit: IndexSet::from_slice(n, &sc.exit),
+                entry: IndexSet::from_sorted(n, &sc.entry),
+                exit: IndexSet::from_sorted(n, &sc.exit),
                 input: IndexSet::from_slice(n, &sc.input),
                 output: IndexSet::from_slice(n, &sc.output),
                 inside,

@@ -26,7 +26,7 @@ pub(super) fn combine(
     let mut all: Vec<Candidate> = Vec::new();
     // Every sub-graph seen so far, kept or rejected as too deep: checked before a union is
     // built, since most unions are reached from several pairs; this is also the de-duplication.
-    let mut seen = Seen::default();
+    let mut seen = Seen::new(g.len());
     for c in base {
         if seen.insert(&c.sub_graph) {
             all.push(c);
@@ -45,18 +45,31 @@ pub(super) fn combine(
                  by_output: &mut [Buckets]| {
         let k = c.sub_graph.kind as usize;
         for e in c.sub_graph.entry.iter() {
-            by_entry[e][k].push(ci);
+            by_entry[e][k].push(Member::new(ci, &c.sub_graph.inside));
         }
         for e in c.sub_graph.exit.iter() {
             by_exit[e].push(ci);
         }
         for o in c.sub_graph.output.iter() {
-            by_output[o][k].push(ci);
+            by_output[o][k].push(Member::new(ci, &c.sub_graph.inside));
         }
     };
     for (ci, c) in all.iter().enumerate() {
         index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
     }
+    // The pair search gathers partners through the indexes above; most of them overlap the
+    // other side. They are rejected before anything else, on compact copies of the inside
+    // sets, and the rest are sorted so that pairs are tried in index order.
+    let mut insides = Insides::default();
+    // The fingerprint of each candidate's inside set (see `Seen`).
+    let mut fps: Vec<u64> = Vec::with_capacity(all.len());
+    for c in &all {
+        insides.push(&c.sub_graph.inside);
+        fps.push(seen.fingerprint(&c.sub_graph.inside));
+    }
+    // `mark[c] == query`: candidate `c` was already gathered for the current side.
+    let mut mark: Vec<u32> = vec![0; all.len()];
+    let mut query: u32 = 0;
     let mut first_new = 0;
     loop {
         let mut added: Vec<Candidate> = Vec::new();
@@ -82,13 +95,29 @@ pub(super) fn combine(
                         if !fires || !up.sub_graph.inside.is_disjoint(&down.sub_graph.inside) {
                             return;
                         }
-                        if seen.knows_union(&up.sub_graph, &down.sub_graph)
+                        if seen.knows_union(&up.sub_graph, fps[ui], &down.sub_graph, fps[di])
                             || !up.sub_graph.touches(g, &down.sub_graph)
                         {
                             return;
                         }
-                        if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
+                        let (a, b) = (&up.sub_graph, &down.sub_graph);
+                        if a.nested.is_empty() && b.nested.is_empty() {
+                            // The union is labelled only if it is kept.
+                            let mut u = SubGraph::with(
+                                g,
+                                a.inside.union(&b.inside),
+                                a.kind.max(b.kind),
+                                String::new(),
+                                Vec::new(),
+                            );
                             // A union too deep now is too deep from every other pair too.
+                            if seen.insert(&u) && u.depth <= max_depth {
+                                u.label = union_labels(&a.label, &b.label);
+                                added.push(
+                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
+                                );
+                            }
+                        } else if let Some(u) = a.disjoint_union(g, b) {
                             if seen.insert(&u) && u.depth <= max_depth {
                                 added.push(
                                     cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
@@ -118,14 +147,27 @@ pub(super) fn combine(
                         let Some(limit) = max_down(up.sub_graph.kind) else {
                             continue;
                         };
+                        query += 1;
+                        let side = insides.load(&up.sub_graph.inside);
                         partners.clear();
                         for o in up.sub_graph.output.iter() {
                             for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
-                                partners.extend_from_slice(bucket);
+                                for m in bucket {
+                                    let di = m.index as usize;
+                                    if insides.meets_first_word(m)
+                                        || mark[di] == query
+                                        || insides.overlaps(di, side.clone())
+                                    {
+                                        mark[di] = query;
+                                        continue;
+                                    }
+                                    mark[di] = query;
+                                    partners.push(di);
+                                }
                             }
                         }
+                        insides.unload(side);
                         partners.sort_unstable();
-                        partners.dedup();
                         for &di in &partners {
                             try_pair(ui, di, &mut added);
                         }
@@ -134,29 +176,56 @@ pub(super) fn combine(
                         let Some(limit) = max_up(down.sub_graph.kind) else {
                             continue;
                         };
+                        query += 1;
+                        let side = insides.load(&down.sub_graph.inside);
                         partners.clear();
                         for e in down.sub_graph.entry.iter() {
                             for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
-                                partners.extend(bucket.iter().filter(|&&ui| ui < first_new));
+                                for m in bucket {
+                                    let ui = m.index as usize;
+                                    if ui >= first_new {
+                                        // Buckets are in index order.
+                                        break;
+                                    }
+                                    if insides.meets_first_word(m)
+                                        || mark[ui] == query
+                                        || insides.overlaps(ui, side.clone())
+                                    {
+                                        mark[ui] = query;
+                                        continue;
+                                    }
+                                    mark[ui] = query;
+                                    partners.push(ui);
+                                }
                             }
                         }
+                        insides.unload(side);
                         partners.sort_unstable();
-                        partners.dedup();
                         for &ui in &partners {
                             try_pair(ui, di, &mut added);
                         }
                     }
                 }
-                Combiner::TupleArg => tuple_arg(cx, &all, &by_exit, first_new, &mut |sg, name| {
-                    push(&mut seen, sg, name, &mut added)
-                }),
+                Combiner::TupleArg => tuple_arg(
+                    cx,
+                    &all,
+                    &by_exit,
+                    first_new,
+                    &mut |seen: &mut Seen, sg, name| push(seen, sg, name, &mut added),
+                    &mut seen,
+                ),
                 Combiner::TupleProj => {
-                    for c in &all[first_new..] {
+                    for (ci, c) in all.iter().enumerate().skip(first_new) {
                         for o in c.sub_graph.output.iter() {
                             let is_proj = g
                                 .expr(o)
                                 .is_some_and(|e| matches!(g.module.expr(e), Expr::Proj { .. }));
                             if !is_proj {
+                                continue;
+                            }
+                            if c.sub_graph.nested.is_empty()
+                                && seen.knows_plus(fps[ci], &c.sub_graph.inside, o)
+                            {
                                 continue;
                             }
                             let proj = SubGraph::with(
@@ -207,48 +276,111 @@ pub(super) fn combine(
         for c in added {
             let ci = all.len();
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
+            insides.push(&c.sub_graph.inside);
+            fps.push(seen.fingerprint(&c.sub_graph.inside));
+            mark.push(0);
             all.push(c);
         }
     }
     all
 }
 
+/// Copies of inside sets, each as its non-zero range of words, in one array, and one more set
+/// loaded word by word to test them against.
+#[derive(Default)]
+struct Insides {
+    words: Vec<u64>,
+    /// Per set: start in `words`, first word index, number of words.
+    spans: Vec<(u32, u32, u32)>,
+    /// The loaded set's words, indexed by word; zero outside the loaded range.
+    dense: Vec<u64>,
+}
+
+impl Insides {
+    fn push(&mut self, s: &IndexSet) {
+        let r = s.word_range();
+        self.spans
+            .push((self.words.len() as u32, r.start as u32, r.len() as u32));
+        self.words.extend_from_slice(s.words());
+    }
+
+    /// Loads `s` to test sets against; returns its range of words, to pass to
+    /// [`Insides::overlaps`] and then to [`Insides::unload`].
+    fn load(&mut self, s: &IndexSet) -> std::ops::Range<usize> {
+        let r = s.word_range();
+        if self.dense.len() < r.end {
+            self.dense.resize(r.end, 0);
+        }
+        self.dense[r.clone()].copy_from_slice(s.words());
+        r
+    }
+
+    fn unload(&mut self, range: std::ops::Range<usize>) {
+        self.dense[range].fill(0);
+    }
+
+    /// Whether the first word of an indexed candidate meets the loaded set (if not, the rest of
+    /// it still may).
+    #[inline]
+    fn meets_first_word(&self, m: &Member) -> bool {
+        self.dense
+            .get(m.word as usize)
+            .is_some_and(|&w| w & m.bits != 0)
+    }
+
+    /// Whether set `k` meets the loaded set, whose words are in `range`.
+    #[inline]
+    fn overlaps(&self, k: usize, range: std::ops::Range<usize>) -> bool {
+        let (start, lo, n) = self.spans[k];
+        let (start, lo, n) = (start as usize, lo as usize, n as usize);
+        let a = lo.max(range.start);
+        let b = (lo + n).min(range.end);
+        (a..b).any(|w| self.words[start + w - lo] & self.dense[w] != 0)
+    }
+}
+
 /// Number of distinct kind values (`OpPattern` discriminants 0..=8).
 const KINDS: usize = 9;
 
 /// Candidate indices bucketed by candidate kind.
-type Buckets = [Vec<usize>; KINDS];
+type Buckets = [Vec<Member>; KINDS];
 
-/// A hash of the union of two sets (`b` may be `None`), computed without allocating: the
-/// non-zero words of the union with their positions.
-fn fingerprint(a: &IndexSet, b: Option<&IndexSet>) -> u64 {
-    use std::hash::Hasher;
-    let mut h = rustc_hash::FxHasher::default();
-    let (ra, rb) = (a.word_range(), b.map_or(0..0, IndexSet::word_range));
-    let lo = if rb.is_empty() {
-        ra.start
-    } else {
-        ra.start.min(rb.start)
-    };
-    let hi = ra.end.max(rb.end);
-    for i in lo..hi {
-        let w = a.words().get(i).copied().unwrap_or(0)
-            | b.and_then(|b| b.words().get(i).copied()).unwrap_or(0);
-        if w != 0 {
-            h.write_usize(i);
-            h.write_u64(w);
+/// A candidate in an index, with the first word of its inside set: sets that overlap mostly
+/// share their most upstream node (a node whose outputs fan out), so this word settles most
+/// overlap tests without looking the set up.
+#[derive(Clone, Copy)]
+struct Member {
+    index: u32,
+    /// Index of the first non-zero word of the inside set, and that word.
+    word: u32,
+    bits: u64,
+}
+
+impl Member {
+    fn new(index: usize, inside: &IndexSet) -> Member {
+        let word = inside.word_range().start;
+        Member {
+            index: index as u32,
+            word: word as u32,
+            bits: inside.word(word),
         }
     }
-    h.finish()
 }
 
 /// Whether `c` is exactly the union of `a` and `b`.
 fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
-    let (ra, rb, rc) = (a.word_range(), b.word_range(), c.word_range());
-    let lo = ra.start.min(rb.start).min(rc.start);
-    let hi = ra.end.max(rb.end).max(rc.end);
-    let w = |s: &IndexSet, i: usize| s.words().get(i).copied().unwrap_or(0);
-    (lo..hi).all(|i| w(c, i) == w(a, i) | w(b, i))
+    let rc = c.word_range();
+    // Stored words start and end non-zero, so a subset's words lie within `c`'s.
+    let within = |s: &IndexSet| {
+        let r = s.word_range();
+        s.is_empty() || (rc.start <= r.start && r.end <= rc.end)
+    };
+    within(a)
+        && within(b)
+        && c.words()
+            .iter()
+            .enumerate()
+            .all(|(k, &w)| w == a.word(rc.start + k) | b.word(rc.start + k))
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
@@ -256,43 +388,94 @@ fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
 type Key = (IndexSet, Vec<(IndexSet, Option<String>)>);
 
 /// The sub-graphs seen so far. Those without nested parts (nearly all) are found by a fingerprint
-/// of their inside set, so that a pair's union is looked up without building anything.
-#[derive(Default)]
+/// of their inside set, so that a pair's union is looked up without building anything. The
+/// fingerprint of a set is the sum of a fixed pseudo-random number per member, so that of the
+/// union of two disjoint sets is the sum of theirs.
 struct Seen {
     /// Sub-graphs with nested parts.
     keys: HashSet<Key>,
-    /// Fingerprint of a plain sub-graph's inside set to positions in `sets`.
-    plain: rustc_hash::FxHashMap<u64, Vec<u32>>,
-    sets: Vec<IndexSet>,
+    /// Fingerprint of a plain sub-graph's inside set to the last position in `sets` with it.
+    plain: rustc_hash::FxHashMap<u64, u32>,
+    /// Inside sets of plain sub-graphs, each with the previous position with the same
+    /// fingerprint (`u32::MAX` for none).
+    sets: Vec<(IndexSet, u32)>,
+    /// The number of each node.
+    node_hash: Vec<u64>,
 }
 
 impl Seen {
+    fn new(nodes: usize) -> Seen {
+        Seen {
+            keys: HashSet::default(),
+            plain: Default::default(),
+            sets: Vec::new(),
+            node_hash: (0..nodes as u64).map(splitmix64).collect(),
+        }
+    }
+
+    /// The fingerprint of a set.
+    fn fingerprint(&self, s: &IndexSet) -> u64 {
+        s.iter()
+            .fold(0u64, |h, i| h.wrapping_add(self.node_hash[i]))
+    }
+
     /// Records a sub-graph; false if it was already seen.
     fn insert(&mut self, sg: &SubGraph) -> bool {
         if !sg.nested.is_empty() {
             return self.keys.insert(key_of(sg));
         }
-        let bucket = self.plain.entry(fingerprint(&sg.inside, None)).or_default();
-        if bucket.iter().any(|&k| self.sets[k as usize] == sg.inside) {
+        let fp = self.fingerprint(&sg.inside);
+        if self.same_fingerprint(fp).any(|s| *s == sg.inside) {
             return false;
         }
-        bucket.push(self.sets.len() as u32);
-        self.sets.push(sg.inside.clone());
+        let k = self.sets.len() as u32;
+        let prev = self.plain.insert(fp, k).unwrap_or(u32::MAX);
+        self.sets.push((sg.inside.clone(), prev));
         true
     }
 
-    /// Whether the union of two disjoint sub-graphs was already seen.
-    fn knows_union(&self, a: &SubGraph, b: &SubGraph) -> bool {
+    /// The recorded plain inside sets with fingerprint `fp`.
+    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &IndexSet> + '_ {
+        let mut k = self.plain.get(&fp).copied().unwrap_or(u32::MAX);
+        std::iter::from_fn(move || {
+            let (s, prev) = self.sets.get(k as usize)?;
+            k = *prev;
+            Some(s)
+        })
+    }
+
+    /// Whether a sub-graph without nested parts and with this inside set was already seen.
+    fn knows(&self, inside: &IndexSet) -> bool {
+        self.same_fingerprint(self.fingerprint(inside))
+            .any(|s| s == inside)
+    }
+
+    /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
+    /// `fp`) plus node `o` was already seen.
+    fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
+        self.same_fingerprint(fp.wrapping_add(self.node_hash[o]))
+            .any(|s| s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s))
+    }
+
+    /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
+    /// `fa` and `fb`, was already seen.
+    fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
         if a.nested.is_empty() && b.nested.is_empty() {
             let (a, b) = (&a.inside, &b.inside);
-            self.plain.get(&fingerprint(a, Some(b))).is_some_and(|ks| {
-                ks.iter()
-                    .any(|&k| is_union_of(&self.sets[k as usize], a, b))
-            })
+            self.same_fingerprint(fa.wrapping_add(fb))
+                .any(|s| is_union_of(s, a, b))
         } else {
             self.keys.contains(&union_key(a, b))
         }
     }
+}
+
+/// A well-mixed 64-bit number for each input (Steele, Lea and Flood's SplitMix64 finaliser).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 fn nested_key(n: &(SubGraph, super::subgraph::FnAttrs)) -> (IndexSet, Option<String>) {
@@ -325,9 +508,12 @@ fn tuple_arg(
     all: &[Candidate],
     by_exit: &[Vec<usize>],
     first_new: usize,
-    push: &mut dyn FnMut(SubGraph, String),
+    push: &mut dyn FnMut(&mut Seen, SubGraph, String),
+    seen: &mut Seen,
 ) {
     let g = cx.g;
+    let mut contain: Vec<u64> = Vec::new();
+    let mut overlapping: Vec<u64> = Vec::new();
     for (ci, consumer) in all.iter().enumerate() {
         if consumer.sub_graph.kind > OpPattern::Injective {
             continue;
@@ -358,6 +544,10 @@ fn tuple_arg(
             for j in (0..producers.len()).rev() {
                 suffix_new[j] = suffix_new[j + 1] || producers[j].iter().any(|&p| p >= first_new);
             }
+            if ci < first_new && !suffix_new[0] {
+                // Nothing new can take part.
+                continue;
+            }
             let mut start = IndexSet::from_indices(g.len(), [t]);
             start.union_with(&consumer.sub_graph.inside);
             let mut partials: Vec<(bool, IndexSet, Vec<usize>)> =
@@ -365,23 +555,61 @@ fn tuple_arg(
             for (j, ps) in producers.iter().enumerate() {
                 let mut next: Vec<(bool, IndexSet, Vec<usize>)> = Vec::new();
                 let mut seen: HashSet<IndexSet> = HashSet::default();
+                // Producers are in index order: those from the last round come last.
+                let new_from = ps.partition_point(|&p| p < first_new);
+                // Row `x` of `contain`: which producers (bit `k` for `ps[k]`) contain node `x`,
+                // so that those overlapping a partial are found from its nodes.
+                let words = ps.len().div_ceil(64);
+                contain.resize(g.len() * words, 0);
+                for (k, &p) in ps.iter().enumerate() {
+                    for x in all[p].sub_graph.inside.iter() {
+                        contain[x * words + k / 64] |= 1 << (k % 64);
+                    }
+                }
                 for (has_new, acc, members) in &partials {
-                    for &p in ps {
-                        let is_new = *has_new || p >= first_new;
-                        if !is_new && !suffix_new[j + 1] {
+                    // With nothing new so far and no new producer in later fields, only new
+                    // producers here can make a combination not tried before.
+                    let from = if *has_new || suffix_new[j + 1] {
+                        0
+                    } else {
+                        new_from
+                    };
+                    // Overlapping producers are skipped, not fatal.
+                    overlapping.clear();
+                    overlapping.resize(words, 0);
+                    for x in acc.iter() {
+                        for (m, &c) in overlapping.iter_mut().zip(&contain[x * words..][..words]) {
+                            *m |= c;
+                        }
+                    }
+                    for (w, &over) in overlapping.iter().enumerate() {
+                        let mut free = !over;
+                        if w == from / 64 {
+                            free &= !0 << (from % 64);
+                        } else if w < from / 64 {
                             continue;
                         }
-                        // Overlapping producers are skipped, not fatal.
-                        if acc.intersects(&all[p].sub_graph.inside) {
-                            continue;
+                        while free != 0 {
+                            let k = w * 64 + free.trailing_zeros() as usize;
+                            free &= free - 1;
+                            if k >= ps.len() {
+                                break;
+                            }
+                            let p = ps[k];
+                            let is_new = *has_new || p >= first_new;
+                            let inside = acc.union(&all[p].sub_graph.inside);
+                            if !seen.insert(inside.clone()) {
+                                continue;
+                            }
+                            let mut m = members.clone();
+                            m.push(p);
+                            next.push((is_new, inside, m));
                         }
-                        let inside = acc.union(&all[p].sub_graph.inside);
-                        if !seen.insert(inside.clone()) {
-                            continue;
-                        }
-                        let mut m = members.clone();
-                        m.push(p);
-                        next.push((is_new, inside, m));
+                    }
+                }
+                for &p in ps {
+                    for x in all[p].sub_graph.inside.iter() {
+                        contain[x * words..][..words].fill(0);
                     }
                 }
                 partials = next;
@@ -389,8 +617,32 @@ fn tuple_arg(
                     break;
                 }
             }
-            for (has_new, _, members) in partials {
+            for (has_new, inside, members) in partials {
                 if !has_new {
+                    continue;
+                }
+                let plain = members.iter().all(|&m| all[m].sub_graph.nested.is_empty());
+                if plain {
+                    // Without nested parts the union is `inside` with the parts' kinds and
+                    // labels: nothing needs building if it was seen already.
+                    if seen.knows(&inside) {
+                        continue;
+                    }
+                    let mut kind = consumer.sub_graph.kind.max(OpPattern::Injective);
+                    let mut label = union_labels(&consumer.sub_graph.label, "tuple");
+                    for &p in &members[1..] {
+                        kind = kind.max(all[p].sub_graph.kind);
+                        label = union_labels(&label, &all[p].sub_graph.label);
+                    }
+                    let name = members
+                        .iter()
+                        .map(|&m| all[m].rule_name.as_str())
+                        .fold(String::new(), |acc, n| union_labels(&acc, n));
+                    push(
+                        seen,
+                        SubGraph::with(g, inside, kind, label, Vec::new()),
+                        name,
+                    );
                     continue;
                 }
                 // Fold the union in TVM's order: consumer, tuple, producers.
@@ -422,7 +674,7 @@ fn tuple_arg(
                     .iter()
                     .map(|&m| all[m].rule_name.as_str())
                     .fold(String::new(), |acc, n| union_labels(&acc, n));
-                push(acc, name);
+                push(seen, acc, name);
             }
         }
     }

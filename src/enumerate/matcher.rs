@@ -15,7 +15,6 @@ use crate::ir::{Dim, Type};
 use crate::ops::registry;
 use crate::ruletree::Pattern;
 use egg::Id;
-use std::collections::HashSet;
 
 /// One way a pattern matched: the dataflow nodes it covers and the class bound to each capture.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -35,8 +34,9 @@ pub(crate) fn pattern_candidates(
     p: &Pattern,
 ) -> Vec<SubGraph> {
     let mut out = Vec::new();
-    let mut seen: HashSet<Vec<u32>> = HashSet::new();
-    let mut roots_seen: HashSet<Id> = HashSet::new();
+    let mut seen: rustc_hash::FxHashSet<Vec<u32>> = Default::default();
+    let mut roots_seen: rustc_hash::FxHashSet<Id> = Default::default();
+    let captures = capture_count(p);
     for node in 0..g.len() {
         let Some(class) = mg.class(node) else {
             continue;
@@ -44,7 +44,11 @@ pub(crate) fn pattern_candidates(
         if !roots_seen.insert(class) {
             continue;
         }
-        for m in match_class(mg, g, p, class) {
+        let start = Match {
+            cover: Vec::new(),
+            caps: vec![None; captures],
+        };
+        for m in match_at(mg, g, p, mg.egraph.find(class), start) {
             let mut cover = m.cover;
             cover.sort_unstable();
             cover.dedup();

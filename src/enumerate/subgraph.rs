@@ -81,41 +81,62 @@ impl SubGraph {
     ) -> SubGraph {
         nested.sort_by(|a, b| a.0.order(&b.0));
         let n = g.len();
-        let mut entry = IndexSet::new(n);
-        let mut exit = IndexSet::new(n);
-        let mut input = IndexSet::new(n);
-        let mut output = IndexSet::new(n);
-        for i in inside.iter() {
-            for inp in g.inputs(i) {
-                let j = inp.index();
-                if !inside.contains(j) && !g.inlinable[j] {
-                    entry.insert(i);
-                    input.insert(j);
+        SCRATCH.with_borrow_mut(|sc| {
+            sc.clear();
+            if sc.d.len() < n {
+                sc.d.resize(n, 0);
+            }
+            // One pass in index order, which is topological: the boundary sets, and the longest
+            // path from an entry to each node (`d`, zero when no entry reaches it).
+            let mut depth = 0;
+            for i in inside.iter() {
+                sc.members.push(i);
+                let mut is_entry = false;
+                let mut d = 0;
+                for inp in g.inputs(i) {
+                    let j = inp.index();
+                    if inside.contains(j) {
+                        if sc.d[j] > 0 {
+                            d = d.max(sc.d[j] + 1);
+                        }
+                    } else if !g.inlinable[j] {
+                        is_entry = true;
+                        sc.input.push(j);
+                    }
+                }
+                if is_entry {
+                    d = d.max(1);
+                    sc.entry.push(i);
+                }
+                sc.d[i] = d;
+                let mut is_exit = g.is_external(i);
+                for out in g.outputs(i) {
+                    let j = out.index();
+                    if !inside.contains(j) {
+                        is_exit = true;
+                        sc.output.push(j);
+                    }
+                }
+                if is_exit {
+                    depth = depth.max(d);
+                    sc.exit.push(i);
                 }
             }
-            for out in g.outputs(i) {
-                let j = out.index();
-                if !inside.contains(j) {
-                    exit.insert(i);
-                    output.insert(j);
-                }
+            for &i in &sc.members {
+                sc.d[i] = 0;
             }
-            if g.is_external(i) {
-                exit.insert(i);
+            SubGraph {
+                entry: IndexSet::from_sorted(n, &sc.entry),
+                exit: IndexSet::from_sorted(n, &sc.exit),
+                input: IndexSet::from_slice(n, &sc.input),
+                output: IndexSet::from_slice(n, &sc.output),
+                inside,
+                depth,
+                kind,
+                label,
+                nested,
             }
-        }
-        let depth = depth(g, &inside, &entry, &exit);
-        SubGraph {
-            inside,
-            entry,
-            exit,
-            input,
-            output,
-            depth,
-            kind,
-            label,
-            nested,
-        }
+        })
     }
 
     /// TVM's order: by first inside index, then by the index-set order.
@@ -172,6 +193,7 @@ impl SubGraph {
 
     /// Whether `self` (upstream) and `other` (downstream) touch (§4.5): disjoint, some output of
     /// `self` is an entry of `other`, and neither flows back into the other.
+    #[inline(never)]
     pub fn touches(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
         self.inside.is_disjoint(&other.inside)
             && self.output.intersects(&other.entry)
@@ -221,7 +243,13 @@ pub fn union_labels(l: &str, r: &str) -> String {
     match (l.is_empty(), r.is_empty()) {
         (true, _) => r.to_string(),
         (_, true) => l.to_string(),
-        _ => format!("{l}+{r}"),
+        _ => {
+            let mut s = String::with_capacity(l.len() + 1 + r.len());
+            s.push_str(l);
+            s.push('+');
+            s.push_str(r);
+            s
+        }
     }
 }
 
@@ -247,30 +275,30 @@ fn trivially_unionable(a: &FnAttrs, b: &FnAttrs) -> bool {
             .all(|(k, v)| b.iter().any(|(k2, v2)| k == k2 && v == v2))
 }
 
-/// Longest path (counting nodes) from an entry to an exit through inside nodes (§4.3). Works on
-/// arrays the size of the inside set (inside nodes in index order are topologically sorted).
-fn depth(g: &DataflowGraph<'_>, inside: &IndexSet, entry: &IndexSet, exit: &IndexSet) -> u32 {
-    let members: Vec<usize> = inside.iter().collect();
-    let mut d: Vec<u32> = members
-        .iter()
-        .map(|&i| u32::from(entry.contains(i)))
-        .collect();
-    let mut max = 0;
-    for (k, &i) in members.iter().enumerate() {
-        if d[k] == 0 {
-            continue;
-        }
-        if exit.contains(i) {
-            max = max.max(d[k]);
-        }
-        for o in g.outputs(i) {
-            let o = o.index();
-            if inside.contains(o) {
-                if let Ok(pos) = members.binary_search(&o) {
-                    d[pos] = d[pos].max(d[k] + 1);
-                }
-            }
-        }
+/// Buffers for [`SubGraph::with`], reused between calls.
+#[derive(Default)]
+struct Scratch {
+    /// The inside nodes in index order, and those that are entries and exits.
+    members: Vec<usize>,
+    entry: Vec<usize>,
+    exit: Vec<usize>,
+    /// Inputs and outputs, possibly repeated.
+    input: Vec<usize>,
+    output: Vec<usize>,
+    /// Per node: the longest path from an entry, while a sub-graph is built; zero otherwise.
+    d: Vec<u32>,
+}
+
+impl Scratch {
+    fn clear(&mut self) {
+        self.members.clear();
+        self.entry.clear();
+        self.exit.clear();
+        self.input.clear();
+        self.output.clear();
     }
-    max
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }

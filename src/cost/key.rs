@@ -48,14 +48,35 @@ impl Signatures {
     /// The key of a candidate.
     pub fn key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
-        self.sub_graph(g, &c.sub_graph, &mut out);
+        self.sub_graph(g, &c.sub_graph, false, &mut out);
         out
     }
 
-    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
+    /// The key of the function a candidate is extracted into: like [`Signatures::key`], but
+    /// parameters are numbered in extraction order (increasing node index) rather than by first
+    /// use, so equal keys mean the extracted functions are equal parameter for parameter and one
+    /// global can serve both call sites.
+    pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
+        let mut out = vec![c.target as u32];
+        self.sub_graph(g, &c.sub_graph, true, &mut out);
+        out
+    }
+
+    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, by_index: bool, out: &mut Key) {
         let members: Vec<usize> = sg.inside.iter().collect();
         let local = |i: usize| members.binary_search(&i).ok();
         let mut params: Vec<usize> = Vec::new();
+        if by_index {
+            for &i in &members {
+                params.extend(
+                    operand_nodes(g, i)
+                        .into_iter()
+                        .filter(|&j| local(j).is_none()),
+                );
+            }
+            params.sort_unstable();
+            params.dedup();
+        }
         out.push(members.len() as u32);
         for &i in &members {
             out.push(self.id[i]);
@@ -96,7 +117,7 @@ impl Signatures {
                 }
             }
             out.push(u32::MAX);
-            self.sub_graph(g, sub, out);
+            self.sub_graph(g, sub, by_index, out);
         }
     }
 }

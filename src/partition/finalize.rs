@@ -97,7 +97,7 @@ fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super:
             per_target[p.target] += 1;
             continue;
         };
-        let key = sigs.key(
+        let key = sigs.function_key(
             g,
             &Candidate {
                 target: p.target,
@@ -127,7 +127,10 @@ fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super:
         let base = base.trim_end_matches('_').to_string();
         let mut name = base.clone();
         let mut n = 0;
-        while named.iter().any(|(_, x)| *x == name) {
+        // Never a name the module already uses for one of its own globals.
+        while named.iter().any(|(_, x)| *x == name)
+            || g.module.globals.iter().any(|gl| gl.name == name)
+        {
             n += 1;
             name = format!("{base}_{n}");
         }
@@ -224,12 +227,10 @@ fn outline(m: &mut Module) {
             }
         }
     }
+    // Globals created here, by name (the module's own globals are never reused).
+    let mut created: std::collections::BTreeMap<String, GlobalId> = Default::default();
     for (c, f, name) in callees {
-        let existing = m
-            .globals
-            .iter()
-            .position(|gl| gl.name == name)
-            .map(|i| GlobalId(i as u32));
+        let existing = created.get(&name).copied();
         let gid = existing.unwrap_or_else(|| {
             m.globals.push(Global {
                 name: name.clone(),
@@ -238,6 +239,7 @@ fn outline(m: &mut Module) {
             });
             let gid = GlobalId((m.globals.len() - 1) as u32);
             m.defs.insert(0, (gid, f));
+            created.insert(name.clone(), gid);
             gid
         });
         m.exprs[c.index()] = Expr::Global(gid);

@@ -218,6 +218,15 @@ pub fn partition_on_devices(
 ) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
     let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits).candidates;
+    // BYOC partitions become functions called from the function body: their nodes must be in
+    // the body's own block, not inside a branch or a nested function literal.
+    candidates.retain(|c| {
+        program.targets[c.target].compiler.is_none()
+            || c.sub_graph
+                .inside
+                .iter()
+                .all(|i| g.block[i] == Some(g.root))
+    });
     if let Some(devices) = devices {
         candidates.retain(|c| device_allows(g, program, devices, c));
     }

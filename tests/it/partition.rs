@@ -562,3 +562,34 @@ fn conflicting_devices_are_a_diagnostic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// Models that once broke `collage partition` (tests/fixtures/partition-regressions/README.md).
+#[test]
+fn former_failures_partition_cleanly() {
+    let dir = root().join("tests/fixtures/partition-regressions");
+    for (model, rules) in [
+        ("sub", "sub"),
+        ("chain3", "byocnone"),
+        ("if", "byoc"),
+        ("fn", "byoc"),
+        ("m2", "byoc"),
+        ("m3", "byoc"),
+        ("rec", "byoc"),
+        ("deep", "byoc"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
+            .args(["partition", &format!("{model}.relay"), "--rules"])
+            .arg(format!("{rules}.rules"))
+            .args(["--costs", "mock:mock.json", "--format", "json"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{model}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            v["functions"][0]["total_cost"].as_f64().is_some(),
+            "{model}"
+        );
+    }
+}

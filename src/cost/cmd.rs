@@ -42,16 +42,18 @@ impl Command {
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
-        // Feed stdin and drain stdout on their own threads so a chatty command cannot block.
+        // Feed stdin and drain stdout on their own threads so a chatty command cannot block; the
+        // threads are never waited for, so a process that keeps a pipe open cannot stall us.
         let mut stdin = child.stdin.take()?;
-        let writer = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             let _ = stdin.write_all(input.as_bytes());
         });
         let mut stdout = child.stdout.take()?;
-        let reader = std::thread::spawn(move || {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             let mut out = String::new();
             let _ = stdout.read_to_string(&mut out);
-            out
+            let _ = send.send(out);
         });
         let start = Instant::now();
         let status = loop {
@@ -60,24 +62,28 @@ impl Command {
                 Ok(None) if start.elapsed() < self.timeout => {
                     std::thread::sleep(Duration::from_millis(2))
                 }
-                _ => {
-                    // `kill -s KILL -- -PGID`: the whole group (the `--` keeps the negative
-                    // id from being read as an option).
-                    let _ = Process::new("kill")
-                        .args(["-s", "KILL", "--"])
-                        .arg(format!("-{}", child.id()))
-                        .stderr(Stdio::null())
-                        .status();
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
+                _ => break None,
             }
         };
-        // After a timeout the pipes may stay open a moment longer; the threads finish on their own.
+        // Whatever the command left running in its group goes too (after a timeout, the command
+        // itself). `kill -s KILL -- -PGID`: the `--` keeps the negative id from being read as an
+        // option.
+        let _ = Process::new("kill")
+            .args(["-s", "KILL", "--"])
+            .arg(format!("-{}", child.id()))
+            .stderr(Stdio::null())
+            .status();
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let status = status?;
-        let _ = writer.join();
-        let out = reader.join().ok()?;
+        // The output, if the pipe closes within what is left of the time limit.
+        let left = self
+            .timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        let out = receive.recv_timeout(left).ok()?;
         status.success().then_some(out)
     }
 }

@@ -201,8 +201,13 @@ pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
             Some(p) => (&rest[..p], &rest[p + 1..]),
             None => (rest, ""),
         };
-        rest = tail.trim();
         let item = item.trim();
+        if item.is_empty() || (rest.contains('+') && tail.trim().is_empty()) {
+            return Err(SpecError(format!(
+                "empty item in the cost specification `{spec}`"
+            )));
+        }
+        rest = tail.trim();
         let (kind, arg) = match item.split_once(':') {
             Some((k, a)) => (k, Some(a)),
             None => (item, None),
@@ -274,6 +279,8 @@ mod tests {
         assert!(from_spec("mock", &o).is_err());
         assert!(from_spec("fast", &o).is_err());
         assert!(from_spec("cmd:", &o).is_err());
+        assert!(from_spec("analytic+", &o).is_err());
+        assert!(from_spec("+analytic", &o).is_err());
         assert!(from_spec("mock:/nonexistent.json", &o).is_err());
     }
 }

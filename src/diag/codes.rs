@@ -193,6 +193,8 @@ codes! {
     E2104 = "E2104", "invalid cost specification";
     /// An `--explain` binding that names no node.
     E2105 = "E2105", "unknown binding to explain";
+    /// Rules without a host target (or without any target) given to `collage partition`.
+    E2106 = "E2106", "no host target";
 
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";

@@ -196,6 +196,7 @@ pub fn candidates_json(
                         "label": sg.label,
                         "depth": sg.depth,
                         "rule": c.rule_name,
+                        "fingerprint": crate::cost::key::fingerprint(g, c, &t.name),
                         "composites": composites,
                     })
                 })

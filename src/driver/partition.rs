@@ -67,6 +67,23 @@ pub fn partition_command(req: &Request) -> Outcome {
         Ok(p) => p,
         Err(o) => return o,
     };
+    if !program.targets.iter().any(|t| t.is_host) {
+        let names: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
+        eprintln!(
+            "error[{}]: the rules declare no host target{}",
+            diag::E2106.id,
+            if names.is_empty() {
+                " (no targets at all)".to_string()
+            } else {
+                format!(" (targets: {})", names.join(", "))
+            }
+        );
+        eprintln!(
+            "  = note: parameters, constants, tuples and projections run on the host; declare one \
+             with `target host {{ host = true; device = cpu; }}`"
+        );
+        return Outcome::InputErrors;
+    }
     let opts = cost::SpecOptions {
         cmd_timeout: req.cmd_timeout,
     };

@@ -593,3 +593,51 @@ fn former_failures_partition_cleanly() {
         );
     }
 }
+
+/// `table:` costs are found by the fingerprints `collage candidates --json` prints, and a
+/// chain falls back to the next estimator for candidates the table lacks.
+#[test]
+fn table_costs_by_fingerprint_with_fallback() {
+    let m = load_ok(&root().join("tests/models/mnist.relay"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
+        .args([
+            "candidates",
+            "tests/models/mnist.relay",
+            "--target",
+            "tvm",
+            "--json",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut table = serde_json::Map::new();
+    for t in listed["targets"].as_array().unwrap() {
+        for c in t["candidates"].as_array().unwrap() {
+            table.insert(c["fingerprint"].as_str().unwrap().to_string(), 1e-6.into());
+        }
+    }
+    assert!(!table.is_empty());
+    let table =
+        collage::cost::table::Table::from_json(&serde_json::json!({ "costs": table })).unwrap();
+    let chain = collage::cost::Chain(vec![
+        Box::new(table),
+        Box::new(collage::cost::analytic::Analytic),
+    ]);
+    let program = crate::enumerate::library();
+    let g = DataflowGraph::new(&m, m.main().unwrap());
+    let cands = collage::enumerate::enumerate(&g, &program, &Default::default()).candidates;
+    let e = estimate_all(&g, &program, &cands, &chain, &|_, _| {});
+    let tvm = program
+        .targets
+        .iter()
+        .position(|t| t.name == "tvm")
+        .unwrap();
+    for (c, cost) in cands.iter().zip(&e.costs) {
+        if c.target == tvm {
+            assert_eq!(*cost, Cost::value(1e-6), "{}", c.rule_name);
+        } else if !program.targets[c.target].is_host {
+            assert_ne!(*cost, Cost::value(1e-6), "{}", c.rule_name);
+        }
+    }
+}

@@ -371,7 +371,8 @@ impl Checker<'_> {
         };
         match &f.value.kind {
             ValueKind::Quantity(v, unit) => match scale(&unit.text) {
-                Some(e) if *v > 0.0 => Some(if e >= 0 {
+                // Times may be zero (no launch overhead); rates must be positive.
+                Some(e) if *v > 0.0 || (*v == 0.0 && dim == "time") => Some(if e >= 0 {
                     v * 10f64.powi(e)
                 } else {
                     v / 10f64.powi(-e)
@@ -456,7 +457,7 @@ impl Checker<'_> {
             };
             if !(value > 0.0 && value <= 1.0) {
                 let d = Diagnostic::error(E1706, "an efficiency is a fraction of peak in (0, 1]")
-                    .with_primary(v.span, "expected a number such as 0.6");
+                    .with_primary(v.span, "expected a number in (0, 1], such as 0.6");
                 self.report(d);
                 ok = false;
                 continue;

@@ -39,13 +39,7 @@ fn run(m: &Module, program: &Program, est: &dyn Estimator, opts: &Options) -> f6
 
 fn bench_partition(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = check(
-        &mut sources,
-        &Provider::Embedded(collage::library::LIBRARY),
-        &collage::library::roots(),
-    )
-    .program
-    .expect("the shipped library checks");
+    let library = collage::library::program().expect("the shipped library checks");
     let prelude = collage::library::LIBRARY
         .iter()
         .find(|(n, _)| *n == "rules/prelude.rules")
@@ -85,13 +79,7 @@ fn bench_partition(c: &mut Criterion) {
 
 fn bench_scaling(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = check(
-        &mut sources,
-        &Provider::Embedded(collage::library::LIBRARY),
-        &collage::library::roots(),
-    )
-    .program
-    .expect("the shipped library checks");
+    let library = collage::library::program().expect("the shipped library checks");
     let opts = Options {
         baselines: false,
         ..Options::default()

@@ -6,7 +6,6 @@
 //! sub-graphs, rule names and labels in output order.
 
 use collage::enumerate::{target_candidates, DataflowGraph, Limits};
-use collage::sema::{check, Provider};
 use collage::source::SourceMap;
 use std::hash::{Hash, Hasher};
 
@@ -19,13 +18,7 @@ fn main() {
     let target = args.get(2).map_or("tvm", String::as_str);
     let repeat: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
     let mut sources = SourceMap::new();
-    let program = check(
-        &mut sources,
-        &Provider::Embedded(collage::library::LIBRARY),
-        &collage::library::roots(),
-    )
-    .program
-    .expect("the shipped library checks");
+    let program = collage::library::program().expect("the shipped library checks");
     let t = program
         .targets
         .iter()

@@ -29,6 +29,21 @@ pub fn roots() -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// The shipped library, checked into its compiled form. On failure (a bug in the shipped files),
+/// the diagnostics rendered as text.
+pub fn program() -> Result<crate::ruletree::Program, String> {
+    let mut sources = crate::source::SourceMap::new();
+    let checked = crate::sema::check(
+        &mut sources,
+        &crate::sema::Provider::Embedded(LIBRARY),
+        &roots(),
+    );
+    match checked.program {
+        Some(p) if !checked.diags.has_errors() => Ok(p),
+        _ => Err(checked.diags.render_plain(&sources)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -16,7 +16,7 @@
 use super::{Cost, Estimator, Request};
 use crate::dataflow::IndexSet;
 use crate::enumerate::{DataflowGraph, SubGraph};
-use crate::ir::{AttrValue, Callee, Expr};
+use crate::ir::{Callee, Expr};
 use crate::ruletree::CostParams;
 
 /// The analytic estimator.
@@ -47,8 +47,11 @@ impl Estimator for Analytic {
 
 /// The kernels of a candidate: its composites, and the rest.
 pub fn kernels(g: &DataflowGraph<'_>, sg: &SubGraph) -> Vec<IndexSet> {
-    let mut composites = Vec::new();
-    collect_composites(sg, &mut composites);
+    let mut composites: Vec<IndexSet> = sg
+        .composites()
+        .into_iter()
+        .map(|(_, sub)| sub.inside.clone())
+        .collect();
     if composites.is_empty() {
         return vec![sg.inside.clone()];
     }
@@ -60,19 +63,6 @@ pub fn kernels(g: &DataflowGraph<'_>, sg: &SubGraph) -> Vec<IndexSet> {
         composites.push(rest);
     }
     composites
-}
-
-fn collect_composites(sg: &SubGraph, out: &mut Vec<IndexSet>) {
-    for (sub, attrs) in &sg.nested {
-        if attrs
-            .iter()
-            .any(|(k, v)| k == "Composite" && matches!(v, AttrValue::Str(_)))
-        {
-            out.push(sub.inside.clone());
-        } else {
-            collect_composites(sub, out);
-        }
-    }
 }
 
 fn is_op_call(g: &DataflowGraph<'_>, i: usize) -> bool {

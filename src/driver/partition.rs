@@ -569,9 +569,11 @@ pub fn report_json(
                     })
                 })
                 .collect();
-            let composites: Vec<serde_json::Value> = composites(&p.sub_graph)
+            let composites: Vec<serde_json::Value> = p
+                .sub_graph
+                .composites()
                 .into_iter()
-                .map(|(label, nodes)| json!({"label": label, "nodes": nodes}))
+                .map(|(label, sub)| json!({"label": label, "nodes": sub.inside.iter().collect::<Vec<_>>()}))
                 .collect();
             json!({
                 "name": p.name,
@@ -612,24 +614,6 @@ pub fn report_json(
         out["explain"] =
             serde_json::Value::Array(explained.iter().map(|e| e.json.clone()).collect());
     }
-    out
-}
-
-/// Composite labels and their nodes, in node order.
-fn composites(sg: &crate::enumerate::SubGraph) -> Vec<(String, Vec<usize>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![sg];
-    while let Some(s) = stack.pop() {
-        for (sub, attrs) in &s.nested {
-            for (k, v) in attrs {
-                if let (true, crate::ir::AttrValue::Str(label)) = (k == "Composite", v) {
-                    out.push((label.clone(), sub.inside.iter().collect::<Vec<_>>()));
-                }
-            }
-            stack.push(sub);
-        }
-    }
-    out.sort_by(|a, b| a.1.cmp(&b.1));
     out
 }
 

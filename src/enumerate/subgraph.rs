@@ -226,6 +226,27 @@ impl SubGraph {
         Some(SubGraph::with(g, inside, kind, label, nested))
     }
 
+    /// The `Composite` functions nested in the sub-graph (at any depth, but not inside another
+    /// composite): their names and sub-graphs, in node order.
+    pub fn composites(&self) -> Vec<(&str, &SubGraph)> {
+        let mut out = Vec::new();
+        let mut stack = vec![self];
+        while let Some(s) = stack.pop() {
+            for (sub, attrs) in &s.nested {
+                let name = attrs.iter().find_map(|(k, v)| match v {
+                    AttrValue::Str(n) if k == "Composite" => Some(n.as_str()),
+                    _ => None,
+                });
+                match name {
+                    Some(n) => out.push((n, sub)),
+                    None => stack.push(sub),
+                }
+            }
+        }
+        out.sort_by(|a, b| a.1.order(b.1));
+        out
+    }
+
     /// The same sub-graph nested once more, with the given function attributes.
     pub fn with_attrs(&self, g: &DataflowGraph<'_>, attrs: FnAttrs) -> SubGraph {
         SubGraph::with(

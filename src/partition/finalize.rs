@@ -109,8 +109,11 @@ fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super:
             p.name = n.clone();
             continue;
         }
-        let what = first_composite(&p.sub_graph)
-            .map(|c| {
+        let what = p
+            .sub_graph
+            .composites()
+            .first()
+            .map(|&(c, _)| {
                 c.strip_prefix(&format!("{compiler}."))
                     .unwrap_or(&c)
                     .to_string()
@@ -137,26 +140,6 @@ fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super:
         named.push((key, name.clone()));
         p.name = name;
     }
-}
-
-/// The `Composite` name of the first composite (in node order) of a sub-graph.
-fn first_composite(sg: &SubGraph) -> Option<String> {
-    let mut best: Option<(usize, String)> = None;
-    let mut stack = vec![sg];
-    while let Some(s) = stack.pop() {
-        for (sub, attrs) in &s.nested {
-            for (k, v) in attrs {
-                if let (true, AttrValue::Str(name)) = (k == "Composite", v) {
-                    let first = sub.inside.first().unwrap_or(usize::MAX);
-                    if best.as_ref().is_none_or(|(f, _)| first < *f) {
-                        best = Some((first, name.clone()));
-                    }
-                }
-            }
-            stack.push(sub);
-        }
-    }
-    best.map(|(_, n)| n)
 }
 
 /// Characters outside `[A-Za-z0-9_]` become `_`; a leading digit gets a `_` in front.

@@ -29,8 +29,7 @@ use collage::enumerate::{target_candidates, Candidate, DataflowGraph, Limits, Su
 use collage::ir::{AttrValue, Callee, Expr, ExprId, Module};
 use collage::ops::OpPattern;
 use collage::ruletree::{Program, SubGraphConfig};
-use collage::sema::{self, Provider};
-use collage::source::SourceMap;
+use collage::sema;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::process::Command;
@@ -63,19 +62,8 @@ fn rules(name: &str) -> Program {
 
 /// The shipped library (embedded, as the binary uses it without `--rules`).
 pub(crate) fn library() -> Program {
-    let mut sources = SourceMap::new();
-    let checked = sema::check(
-        &mut sources,
-        &Provider::Embedded(collage::library::LIBRARY),
-        &collage::library::roots(),
-    );
-    match checked.program {
-        Some(p) => p,
-        None => panic!(
-            "the shipped library does not check:\n{}",
-            checked.diags.render_plain(&sources)
-        ),
-    }
+    collage::library::program()
+        .unwrap_or_else(|d| panic!("the shipped library does not check:\n{d}"))
 }
 
 pub(crate) fn graph(m: &Module) -> DataflowGraph<'_> {

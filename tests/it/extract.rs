@@ -20,10 +20,9 @@ use collage::dataflow::IndexSet;
 use collage::enumerate::extract::{extract, rewrite, rewrite_all, ExtractError};
 use collage::enumerate::{target_candidates, DataflowGraph, Limits, SubGraph};
 use collage::ir::equal::modules_equal;
-use collage::ir::{AttrValue, Callee, Expr, ExprId, Module, VarId};
+use collage::ir::{AttrValue, Expr, Module};
 use collage::ops::OpPattern;
 use proptest::prelude::*;
-use std::collections::HashMap;
 
 fn expected(name: &str) -> Module {
     load_ok(&root().join(format!("tests/fixtures/extract/{name}.expected.relay")))
@@ -242,121 +241,10 @@ fn parallel_rewrite_of_disjoint_sub_graphs() {
 // ---------------------------------------------------------------------------------------------
 // Symbolic evaluation with inlining
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Key {
-    Param(VarId),
-    Const(String),
-    Call(String, String, Vec<usize>),
-    Tuple(Vec<usize>),
-    Proj(usize, u32),
-}
-
-/// Hash-consed terms, and the operator calls evaluated (one entry per evaluation).
-#[derive(Default)]
-struct Terms {
-    ids: HashMap<Key, usize>,
-    keys: Vec<Key>,
-    calls: Vec<usize>,
-}
-
-impl Terms {
-    fn intern(&mut self, k: Key) -> usize {
-        if let Some(&i) = self.ids.get(&k) {
-            return i;
-        }
-        self.keys.push(k.clone());
-        self.ids.insert(k, self.keys.len() - 1);
-        self.keys.len() - 1
-    }
-
-    /// The term of `e` in a call instance whose parameters are bound in `env`. Calls of function
-    /// literals are inlined; projections of tuples are reduced.
-    fn eval(
-        &mut self,
-        m: &Module,
-        e: ExprId,
-        env: &HashMap<VarId, usize>,
-        memo: &mut HashMap<ExprId, usize>,
-    ) -> Result<usize, String> {
-        if let Some(&t) = memo.get(&e) {
-            return Ok(t);
-        }
-        let t = match m.expr(e) {
-            Expr::Var(v) => match env.get(v) {
-                Some(&t) => t,
-                None => self.intern(Key::Param(*v)),
-            },
-            Expr::Const(c) => self.intern(Key::Const(format!("{c:?}"))),
-            Expr::Call {
-                callee,
-                args,
-                attrs,
-            } => {
-                let mut ts = Vec::new();
-                for &a in args {
-                    ts.push(self.eval(m, a, env, memo)?);
-                }
-                match callee {
-                    Callee::Op(op) => {
-                        let t = self.intern(Key::Call(format!("{op:?}"), format!("{attrs:?}"), ts));
-                        self.calls.push(t);
-                        t
-                    }
-                    Callee::Expr(c) => match m.expr(*c) {
-                        Expr::Func(f) => {
-                            let func = m.func(*f);
-                            if func.params.len() != ts.len() {
-                                return Err("arity".into());
-                            }
-                            let inner: HashMap<VarId, usize> =
-                                func.params.iter().copied().zip(ts).collect();
-                            self.eval(m, func.body, &inner, &mut HashMap::new())?
-                        }
-                        other => return Err(format!("unexpected callee {other:?}")),
-                    },
-                }
-            }
-            Expr::Tuple(fields) => {
-                let mut ts = Vec::new();
-                for &a in fields {
-                    ts.push(self.eval(m, a, env, memo)?);
-                }
-                self.intern(Key::Tuple(ts))
-            }
-            Expr::Proj { tuple, index } => {
-                let t = self.eval(m, *tuple, env, memo)?;
-                match &self.keys[t] {
-                    Key::Tuple(ts) => *ts.get(*index as usize).ok_or("projection out of range")?,
-                    _ => self.intern(Key::Proj(t, *index)),
-                }
-            }
-            other => return Err(format!("unexpected expression {other:?}")),
-        };
-        memo.insert(e, t);
-        Ok(t)
-    }
-}
-
-/// Same result term and the same multiset of operator calls (by term) in both modules' main.
+/// Same result term and the same multiset of operator calls (by term) in both modules' main,
+/// every call of an extracted function inlined (`collage::ir::inline`).
 fn term_check(original: &Module, rewritten: &Module) -> Result<(), String> {
-    let mut terms = Terms::default();
-    let run = |terms: &mut Terms, m: &Module| -> Result<(usize, Vec<usize>), String> {
-        terms.calls.clear();
-        let body = m.func(m.main().ok_or("no main")?).body;
-        let t = terms.eval(m, body, &HashMap::new(), &mut HashMap::new())?;
-        let mut calls = std::mem::take(&mut terms.calls);
-        calls.sort_unstable();
-        Ok((t, calls))
-    };
-    let (t0, c0) = run(&mut terms, original)?;
-    let (t1, c1) = run(&mut terms, rewritten)?;
-    if t0 != t1 {
-        return Err("the result differs".into());
-    }
-    if c0 != c1 {
-        return Err(format!("operator calls differ: {c0:?} vs {c1:?}"));
-    }
-    Ok(())
+    collage::ir::inline::equal_after_inlining(original, rewritten)
 }
 
 /// Whether every inside node is a call, tuple, projection or constant (what extraction moves).

@@ -115,7 +115,7 @@ fn name_partitions(g: &DataflowGraph<'_>, program: &Program, parts: &mut [super:
             .first()
             .map(|&(c, _)| {
                 c.strip_prefix(&format!("{compiler}."))
-                    .unwrap_or(&c)
+                    .unwrap_or(c)
                     .to_string()
             })
             .unwrap_or_else(|| {

@@ -244,3 +244,81 @@ pub fn equal_after_inlining(a: &Module, b: &Module) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::equal_after_inlining;
+    use crate::source::SourceMap;
+
+    fn load(text: &str) -> crate::ir::Module {
+        let mut sources = SourceMap::new();
+        let file = sources.add("t.relay", text.to_string());
+        crate::relay::load(&sources, file).unwrap_or_else(|_| panic!("loads: {text}"))
+    }
+
+    const ORIGINAL: &str = "#[version = \"0.0.5\"]
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {
+  %0 = subtract(%x, %y);
+  nn.relu(%0)
+}";
+
+    #[test]
+    fn inlined_functions_equal_the_original() {
+        let outlined = load(
+            "#[version = \"0.0.5\"]
+def @f(%a: Tensor[(4), float32], %b: Tensor[(4), float32], Primitive=1) {
+  %0 = fn (%p: Tensor[(4), float32], %q: Tensor[(4), float32], Composite=\"sub\") {
+    subtract(%p, %q)
+  };
+  %0(%a, %b)
+}
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {
+  %1 = @f(%x, %y);
+  nn.relu(%1)
+}",
+        );
+        assert_eq!(equal_after_inlining(&load(ORIGINAL), &outlined), Ok(()));
+    }
+
+    #[test]
+    fn swapped_arguments_dropped_and_duplicated_calls_are_caught() {
+        let original = load(ORIGINAL);
+        for wrong in [
+            // The arguments of the outlined call swapped.
+            "#[version = \"0.0.5\"]
+def @f(%a: Tensor[(4), float32], %b: Tensor[(4), float32]) { subtract(%a, %b) }
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {
+  %1 = @f(%y, %x);
+  nn.relu(%1)
+}",
+            // A call dropped.
+            "#[version = \"0.0.5\"]
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) { subtract(%x, %y) }",
+            // A call duplicated: the same result term, but `subtract` evaluated twice where the
+            // original shares one (checked against its own original below).
+            "#[version = \"0.0.5\"]
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {
+  %0 = subtract(%x, %y);
+  %1 = subtract(%x, %y);
+  add(%0, %1)
+}",
+        ] {
+            let shared = load(
+                "#[version = \"0.0.5\"]
+def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {
+  %0 = subtract(%x, %y);
+  add(%0, %0)
+}",
+            );
+            let reference = if wrong.contains("add(") {
+                &shared
+            } else {
+                &original
+            };
+            assert!(
+                equal_after_inlining(reference, &load(wrong)).is_err(),
+                "{wrong}"
+            );
+        }
+    }
+}

@@ -148,7 +148,7 @@ pub(super) fn combine(
                             continue;
                         };
                         query += 1;
-                        let side = insides.load(&up.sub_graph.inside);
+                        insides.load(&up.sub_graph.inside);
                         partners.clear();
                         for o in up.sub_graph.output.iter() {
                             for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
@@ -156,7 +156,7 @@ pub(super) fn combine(
                                     let di = m.index as usize;
                                     if insides.meets_first_word(m)
                                         || mark[di] == query
-                                        || insides.overlaps(di, side.clone())
+                                        || insides.overlaps(di)
                                     {
                                         mark[di] = query;
                                         continue;
@@ -166,7 +166,7 @@ pub(super) fn combine(
                                 }
                             }
                         }
-                        insides.unload(side);
+                        insides.unload(&up.sub_graph.inside);
                         partners.sort_unstable();
                         for &di in &partners {
                             try_pair(ui, di, &mut added);
@@ -177,7 +177,7 @@ pub(super) fn combine(
                             continue;
                         };
                         query += 1;
-                        let side = insides.load(&down.sub_graph.inside);
+                        insides.load(&down.sub_graph.inside);
                         partners.clear();
                         for e in down.sub_graph.entry.iter() {
                             for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
@@ -189,7 +189,7 @@ pub(super) fn combine(
                                     }
                                     if insides.meets_first_word(m)
                                         || mark[ui] == query
-                                        || insides.overlaps(ui, side.clone())
+                                        || insides.overlaps(ui)
                                     {
                                         mark[ui] = query;
                                         continue;
@@ -199,7 +199,7 @@ pub(super) fn combine(
                                 }
                             }
                         }
-                        insides.unload(side);
+                        insides.unload(&down.sub_graph.inside);
                         partners.sort_unstable();
                         for &ui in &partners {
                             try_pair(ui, di, &mut added);
@@ -285,38 +285,40 @@ pub(super) fn combine(
     all
 }
 
-/// Copies of inside sets, each as its non-zero range of words, in one array, and one more set
-/// loaded word by word to test them against.
+/// Copies of inside sets, each as its non-zero words, in one array, and one more set loaded
+/// word by word to test them against.
 #[derive(Default)]
 struct Insides {
-    words: Vec<u64>,
-    /// Per set: start in `words`, first word index, number of words.
-    spans: Vec<(u32, u32, u32)>,
-    /// The loaded set's words, indexed by word; zero outside the loaded range.
+    words: Vec<(u32, u64)>,
+    /// Per set: start in `words`, number of words.
+    spans: Vec<(u32, u32)>,
+    /// The loaded set's words, indexed by word; zero elsewhere.
     dense: Vec<u64>,
 }
 
 impl Insides {
     fn push(&mut self, s: &IndexSet) {
-        let r = s.word_range();
         self.spans
-            .push((self.words.len() as u32, r.start as u32, r.len() as u32));
+            .push((self.words.len() as u32, s.words().len() as u32));
         self.words.extend_from_slice(s.words());
     }
 
-    /// Loads `s` to test sets against; returns its range of words, to pass to
-    /// [`Insides::overlaps`] and then to [`Insides::unload`].
-    fn load(&mut self, s: &IndexSet) -> std::ops::Range<usize> {
-        let r = s.word_range();
-        if self.dense.len() < r.end {
-            self.dense.resize(r.end, 0);
+    /// Loads `s` to test sets against with [`Insides::overlaps`]; pass it to
+    /// [`Insides::unload`] afterwards.
+    fn load(&mut self, s: &IndexSet) {
+        let end = s.words().last().map_or(0, |p| p.0 as usize + 1);
+        if self.dense.len() < end {
+            self.dense.resize(end, 0);
         }
-        self.dense[r.clone()].copy_from_slice(s.words());
-        r
+        for &(i, w) in s.words() {
+            self.dense[i as usize] = w;
+        }
     }
 
-    fn unload(&mut self, range: std::ops::Range<usize>) {
-        self.dense[range].fill(0);
+    fn unload(&mut self, s: &IndexSet) {
+        for &(i, _) in s.words() {
+            self.dense[i as usize] = 0;
+        }
     }
 
     /// Whether the first word of an indexed candidate meets the loaded set (if not, the rest of
@@ -328,14 +330,13 @@ impl Insides {
             .is_some_and(|&w| w & m.bits != 0)
     }
 
-    /// Whether set `k` meets the loaded set, whose words are in `range`.
+    /// Whether set `k` meets the loaded set.
     #[inline]
-    fn overlaps(&self, k: usize, range: std::ops::Range<usize>) -> bool {
-        let (start, lo, n) = self.spans[k];
-        let (start, lo, n) = (start as usize, lo as usize, n as usize);
-        let a = lo.max(range.start);
-        let b = (lo + n).min(range.end);
-        (a..b).any(|w| self.words[start + w - lo] & self.dense[w] != 0)
+    fn overlaps(&self, k: usize) -> bool {
+        let (start, n) = self.spans[k];
+        self.words[start as usize..][..n as usize]
+            .iter()
+            .any(|&(i, w)| self.dense.get(i as usize).is_some_and(|&d| d & w != 0))
     }
 }
 
@@ -358,29 +359,21 @@ struct Member {
 
 impl Member {
     fn new(index: usize, inside: &IndexSet) -> Member {
-        let word = inside.word_range().start;
+        let (word, bits) = inside.words().first().copied().unwrap_or((0, 0));
         Member {
             index: index as u32,
-            word: word as u32,
-            bits: inside.word(word),
+            word,
+            bits,
         }
     }
 }
 
-/// Whether `c` is exactly the union of `a` and `b`.
+/// Whether `c` is exactly the union of `a` and `b`, which are disjoint.
 fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
-    let rc = c.word_range();
-    // Stored words start and end non-zero, so a subset's words lie within `c`'s.
-    let within = |s: &IndexSet| {
-        let r = s.word_range();
-        s.is_empty() || (rc.start <= r.start && r.end <= rc.end)
-    };
-    within(a)
-        && within(b)
-        && c.words()
-            .iter()
-            .enumerate()
-            .all(|(k, &w)| w == a.word(rc.start + k) | b.word(rc.start + k))
+    c.words().len() <= a.words().len() + b.words().len()
+        && a.is_subset(c)
+        && b.is_subset(c)
+        && c.count() == a.count() + b.count()
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set

@@ -57,15 +57,32 @@ pub(super) fn combine(
     for (ci, c) in all.iter().enumerate() {
         index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
     }
+    // The candidates that may consume a tuple (see `tuple_arg`), in index order: found once, so
+    // that each round does not look at every candidate's inputs again.
+    let is_tuple = |t: usize| {
+        g.expr(t)
+            .is_some_and(|e| matches!(g.module.expr(e), Expr::Tuple(_)))
+    };
+    let consumes_tuple = |c: &Candidate| {
+        c.sub_graph.kind <= OpPattern::Injective && c.sub_graph.input.iter().any(is_tuple)
+    };
+    let mut tuple_consumers: Vec<usize> = (0..all.len())
+        .filter(|&ci| consumes_tuple(&all[ci]))
+        .collect();
     // The pair search gathers partners through the indexes above; most of them overlap the
     // other side. They are rejected before anything else, on compact copies of the inside
     // sets, and the rest are sorted so that pairs are tried in index order.
     let mut insides = Insides::default();
     // The fingerprint of each candidate's inside set (see `Seen`).
     let mut fps: Vec<u64> = Vec::with_capacity(all.len());
+    // Each candidate's kind, and whether it has no nested parts: with these and `insides`, the
+    // pair search settles most pairs (those whose union was already seen) without reading the
+    // candidates themselves, which are scattered over far more memory.
+    let mut kinds: Vec<(OpPattern, bool)> = Vec::with_capacity(all.len());
     for c in &all {
         insides.push(&c.sub_graph.inside);
         fps.push(seen.fingerprint(&c.sub_graph.inside));
+        kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
     }
     // `mark[c] == query`: candidate `c` was already gathered for the current side.
     let mut mark: Vec<u32> = vec![0; all.len()];
@@ -84,47 +101,67 @@ pub(super) fn combine(
                 Combiner::ByKind(rules) => {
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
-                    let mut try_pair = |ui: usize, di: usize, added: &mut Vec<Candidate>| {
-                        if ui == di {
-                            return;
-                        }
-                        let (up, down) = (&all[ui], &all[di]);
-                        let fires = rules
-                            .iter()
-                            .any(|(a, b)| up.sub_graph.kind <= *a && down.sub_graph.kind <= *b);
-                        if !fires || !up.sub_graph.inside.is_disjoint(&down.sub_graph.inside) {
-                            return;
-                        }
-                        if seen.knows_union(&up.sub_graph, fps[ui], &down.sub_graph, fps[di])
-                            || !up.sub_graph.touches(g, &down.sub_graph)
-                        {
-                            return;
-                        }
-                        let (a, b) = (&up.sub_graph, &down.sub_graph);
-                        if a.nested.is_empty() && b.nested.is_empty() {
-                            // The union is labelled only if it is kept.
-                            let mut u = SubGraph::with(
-                                g,
-                                a.inside.union(&b.inside),
-                                a.kind.max(b.kind),
-                                String::new(),
-                                Vec::new(),
-                            );
-                            // A union too deep now is too deep from every other pair too.
-                            if seen.insert(&u) && u.depth <= max_depth {
-                                u.label = union_labels(&a.label, &b.label);
-                                added.push(
-                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
-                                );
+                    let mut try_pair =
+                        |insides: &Insides, ui: usize, di: usize, added: &mut Vec<Candidate>| {
+                            if ui == di {
+                                return;
                             }
-                        } else if let Some(u) = a.disjoint_union(g, b) {
-                            if seen.insert(&u) && u.depth <= max_depth {
-                                added.push(
-                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
-                                );
+                            let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
+                            let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
+                            if !fires {
+                                return;
                             }
-                        }
-                    };
+                            if plain_u
+                                && plain_d
+                                && seen.knows_plain_union(
+                                    insides.get(ui),
+                                    insides.get(di),
+                                    fps[ui].wrapping_add(fps[di]),
+                                )
+                            {
+                                return;
+                            }
+                            let (up, down) = (&all[ui], &all[di]);
+                            // Partners are gathered only if they do not overlap the other side.
+                            debug_assert!(up.sub_graph.inside.is_disjoint(&down.sub_graph.inside));
+                            if (!(plain_u && plain_d)
+                                && seen.knows_union(
+                                    &up.sub_graph,
+                                    fps[ui],
+                                    &down.sub_graph,
+                                    fps[di],
+                                ))
+                                || !up.sub_graph.touches(g, &down.sub_graph)
+                            {
+                                return;
+                            }
+                            let (a, b) = (&up.sub_graph, &down.sub_graph);
+                            if a.nested.is_empty() && b.nested.is_empty() {
+                                // The union is labelled only if it is kept.
+                                let mut u = SubGraph::with(
+                                    g,
+                                    a.inside.union(&b.inside),
+                                    a.kind.max(b.kind),
+                                    String::new(),
+                                    Vec::new(),
+                                );
+                                // A union too deep now is too deep from every other pair too.
+                                if seen.insert(&u) && u.depth <= max_depth {
+                                    u.label = union_labels(&a.label, &b.label);
+                                    added.push(cx.candidate(
+                                        u,
+                                        union_labels(&up.rule_name, &down.rule_name),
+                                    ));
+                                }
+                            } else if let Some(u) = a.disjoint_union(g, b) {
+                                if seen.insert(&u) && u.depth <= max_depth {
+                                    added.push(cx.candidate(
+                                        u,
+                                        union_labels(&up.rule_name, &down.rule_name),
+                                    ));
+                                }
+                            }
+                        };
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
                     // The largest downstream kind each upstream kind may join, and vice versa.
@@ -169,7 +206,7 @@ pub(super) fn combine(
                         insides.unload(&up.sub_graph.inside);
                         partners.sort_unstable();
                         for &di in &partners {
-                            try_pair(ui, di, &mut added);
+                            try_pair(&insides, ui, di, &mut added);
                         }
                     }
                     for (di, down) in all.iter().enumerate().skip(first_new) {
@@ -202,13 +239,14 @@ pub(super) fn combine(
                         insides.unload(&down.sub_graph.inside);
                         partners.sort_unstable();
                         for &ui in &partners {
-                            try_pair(ui, di, &mut added);
+                            try_pair(&insides, ui, di, &mut added);
                         }
                     }
                 }
                 Combiner::TupleArg => tuple_arg(
                     cx,
                     &all,
+                    &tuple_consumers,
                     &by_exit,
                     first_new,
                     &mut |seen: &mut Seen, sg, name| push(seen, sg, name, &mut added),
@@ -276,8 +314,12 @@ pub(super) fn combine(
         for c in added {
             let ci = all.len();
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
+            if consumes_tuple(&c) {
+                tuple_consumers.push(ci);
+            }
             insides.push(&c.sub_graph.inside);
             fps.push(seen.fingerprint(&c.sub_graph.inside));
+            kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
             mark.push(0);
             all.push(c);
         }
@@ -330,6 +372,13 @@ impl Insides {
             .is_some_and(|&w| w & m.bits != 0)
     }
 
+    /// The words of set `k`.
+    #[inline]
+    fn get(&self, k: usize) -> &[(u32, u64)] {
+        let (start, n) = self.spans[k];
+        &self.words[start as usize..][..n as usize]
+    }
+
     /// Whether set `k` meets the loaded set.
     #[inline]
     fn overlaps(&self, k: usize) -> bool {
@@ -368,12 +417,28 @@ impl Member {
     }
 }
 
-/// Whether `c` is exactly the union of `a` and `b`, which are disjoint.
-fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
-    c.words().len() <= a.words().len() + b.words().len()
-        && a.is_subset(c)
-        && b.is_subset(c)
-        && c.count() == a.count() + b.count()
+/// Whether `c` is exactly the union of `a` and `b`, which are disjoint (sets given by their
+/// non-zero words, as [`IndexSet::words`]).
+fn is_union_of(c: &[(u32, u64)], a: &[(u32, u64)], b: &[(u32, u64)]) -> bool {
+    let count = |s: &[(u32, u64)]| s.iter().map(|p| p.1.count_ones()).sum::<u32>();
+    c.len() <= a.len() + b.len()
+        && words_subset(a, c)
+        && words_subset(b, c)
+        && count(c) == count(a) + count(b)
+}
+
+/// Whether every member of `a` is in `c` (sets given by their non-zero words).
+fn words_subset(a: &[(u32, u64)], c: &[(u32, u64)]) -> bool {
+    let mut rest = c;
+    for &(i, w) in a {
+        let p = rest.partition_point(|q| q.0 < i);
+        rest = &rest[p..];
+        match rest.first() {
+            Some(&(j, v)) if j == i && w & !v == 0 => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
@@ -450,13 +515,19 @@ impl Seen {
             .any(|s| s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s))
     }
 
+    /// Whether a sub-graph without nested parts whose inside set is the union of the disjoint
+    /// sets `a` and `b` (given by their words), with fingerprint `fp`, was already seen.
+    fn knows_plain_union(&self, a: &[(u32, u64)], b: &[(u32, u64)], fp: u64) -> bool {
+        self.same_fingerprint(fp)
+            .any(|s| is_union_of(s.words(), a, b))
+    }
+
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
     /// `fa` and `fb`, was already seen.
     fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
         if a.nested.is_empty() && b.nested.is_empty() {
             let (a, b) = (&a.inside, &b.inside);
-            self.same_fingerprint(fa.wrapping_add(fb))
-                .any(|s| is_union_of(s, a, b))
+            self.knows_plain_union(a.words(), b.words(), fa.wrapping_add(fb))
         } else {
             self.keys.contains(&union_key(a, b))
         }
@@ -494,11 +565,14 @@ fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
 }
 
 /// "I → tuple → I": an injective consumer of a tuple, the tuple, and a producer for every field.
+/// `consumers` are the candidates of kind at most injective with a tuple among their inputs, in
+/// index order.
 /// Combinations are built on inside sets; one made only of candidates from earlier rounds was
 /// already tried, so it is pruned as soon as no later field can bring a new member.
 fn tuple_arg(
     cx: &Eval<'_, '_>,
     all: &[Candidate],
+    consumers: &[usize],
     by_exit: &[Vec<usize>],
     first_new: usize,
     push: &mut dyn FnMut(&mut Seen, SubGraph, String),
@@ -507,10 +581,8 @@ fn tuple_arg(
     let g = cx.g;
     let mut contain: Vec<u64> = Vec::new();
     let mut overlapping: Vec<u64> = Vec::new();
-    for (ci, consumer) in all.iter().enumerate() {
-        if consumer.sub_graph.kind > OpPattern::Injective {
-            continue;
-        }
+    for &ci in consumers {
+        let consumer = &all[ci];
         for t in consumer.sub_graph.input.iter() {
             let is_tuple = g
                 .expr(t)

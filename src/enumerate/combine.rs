@@ -420,11 +420,15 @@ impl Member {
 /// Whether `c` is exactly the union of `a` and `b`, which are disjoint (sets given by their
 /// non-zero words, as [`IndexSet::words`]).
 fn is_union_of(c: &[(u32, u64)], a: &[(u32, u64)], b: &[(u32, u64)]) -> bool {
-    let count = |s: &[(u32, u64)]| s.iter().map(|p| p.1.count_ones()).sum::<u32>();
     c.len() <= a.len() + b.len()
         && words_subset(a, c)
         && words_subset(b, c)
-        && count(c) == count(a) + count(b)
+        && words_count(c) == words_count(a) + words_count(b)
+}
+
+/// The number of members of a set given by its non-zero words.
+fn words_count(s: &[(u32, u64)]) -> usize {
+    s.iter().map(|p| p.1.count_ones() as usize).sum()
 }
 
 /// Whether every member of `a` is in `c` (sets given by their non-zero words).
@@ -454,9 +458,12 @@ struct Seen {
     keys: HashSet<Key>,
     /// Fingerprint of a plain sub-graph's inside set to the last position in `sets` with it.
     plain: rustc_hash::FxHashMap<u64, u32>,
-    /// Inside sets of plain sub-graphs, each with the previous position with the same
-    /// fingerprint (`u32::MAX` for none).
-    sets: Vec<(IndexSet, u32)>,
+    /// Inside sets of plain sub-graphs, each as its start and number of words in `words`, with
+    /// the previous position with the same fingerprint (`u32::MAX` for none).
+    sets: Vec<(u32, u32, u32)>,
+    /// The words of the recorded inside sets, one after the other (one array rather than one
+    /// allocation per set).
+    words: Vec<(u32, u64)>,
     /// The number of each node.
     node_hash: Vec<u64>,
 }
@@ -467,6 +474,7 @@ impl Seen {
             keys: HashSet::default(),
             plain: Default::default(),
             sets: Vec::new(),
+            words: Vec::new(),
             node_hash: (0..nodes as u64).map(splitmix64).collect(),
         }
     }
@@ -483,43 +491,51 @@ impl Seen {
             return self.keys.insert(key_of(sg));
         }
         let fp = self.fingerprint(&sg.inside);
-        if self.same_fingerprint(fp).any(|s| *s == sg.inside) {
+        if self.same_fingerprint(fp).any(|s| s == sg.inside.words()) {
             return false;
         }
         let k = self.sets.len() as u32;
         let prev = self.plain.insert(fp, k).unwrap_or(u32::MAX);
-        self.sets.push((sg.inside.clone(), prev));
+        let w = sg.inside.words();
+        self.sets
+            .push((self.words.len() as u32, w.len() as u32, prev));
+        self.words.extend_from_slice(w);
         true
     }
 
-    /// The recorded plain inside sets with fingerprint `fp`.
-    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &IndexSet> + '_ {
+    /// The words of the recorded plain inside sets with fingerprint `fp`.
+    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &[(u32, u64)]> + '_ {
         let mut k = self.plain.get(&fp).copied().unwrap_or(u32::MAX);
         std::iter::from_fn(move || {
-            let (s, prev) = self.sets.get(k as usize)?;
-            k = *prev;
-            Some(s)
+            let &(start, n, prev) = self.sets.get(k as usize)?;
+            k = prev;
+            Some(&self.words[start as usize..][..n as usize])
         })
     }
 
     /// Whether a sub-graph without nested parts and with this inside set was already seen.
     fn knows(&self, inside: &IndexSet) -> bool {
         self.same_fingerprint(self.fingerprint(inside))
-            .any(|s| s == inside)
+            .any(|s| s == inside.words())
     }
 
     /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
     /// `fp`) plus node `o` was already seen.
     fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
         self.same_fingerprint(fp.wrapping_add(self.node_hash[o]))
-            .any(|s| s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s))
+            .any(|s| {
+                let (k, bit) = ((o / 64) as u32, 1u64 << (o % 64));
+                let has_o = s
+                    .binary_search_by_key(&k, |p| p.0)
+                    .is_ok_and(|p| s[p].1 & bit != 0);
+                has_o && words_count(s) == inside.count() + 1 && words_subset(inside.words(), s)
+            })
     }
 
     /// Whether a sub-graph without nested parts whose inside set is the union of the disjoint
     /// sets `a` and `b` (given by their words), with fingerprint `fp`, was already seen.
     fn knows_plain_union(&self, a: &[(u32, u64)], b: &[(u32, u64)], fp: u64) -> bool {
-        self.same_fingerprint(fp)
-            .any(|s| is_union_of(s.words(), a, b))
+        self.same_fingerprint(fp).any(|s| is_union_of(s, a, b))
     }
 
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints

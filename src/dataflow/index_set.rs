@@ -9,21 +9,20 @@ use std::fmt;
 
 /// A set of indices in `0..len`.
 ///
-/// Only the words from the first to the last non-zero one are stored, together with the index
-/// of the first, so that the small, local sets candidates are (a few neighbouring nodes) cost a
-/// word or two whatever the size of the graph, and operations touch only the words in use.
+/// Only the non-zero words are stored, each with its index, in increasing order, so that a set
+/// costs a few words and operations touch only the words in use, whatever the size of the graph
+/// and however far apart its members are (a candidate of one layer of a model may include a node
+/// numbered at the very end of the graph, such as the producer of a field of the result tuple).
 #[derive(Clone)]
 pub struct IndexSet {
     len: u32,
-    /// Index of the word `words[0]`; zero when the set is empty.
-    lo: u32,
-    /// The words `lo..lo + words.len()`; the first and the last are non-zero.
-    words: Vec<u64>,
+    /// The non-zero words, `(word index, word)`, by increasing word index.
+    words: Vec<(u32, u64)>,
 }
 
 impl PartialEq for IndexSet {
     fn eq(&self, other: &IndexSet) -> bool {
-        self.len == other.len && self.lo == other.lo && self.words == other.words
+        self.len == other.len && self.words == other.words
     }
 }
 
@@ -32,13 +31,40 @@ impl Eq for IndexSet {}
 impl std::hash::Hash for IndexSet {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.len.hash(state);
-        for (k, &w) in self.words.iter().enumerate() {
-            if w != 0 {
-                (self.lo + k as u32).hash(state);
-                w.hash(state);
-            }
+        for &(i, w) in &self.words {
+            i.hash(state);
+            w.hash(state);
         }
     }
+}
+
+/// Merges two sorted word lists with `f` on the words at each index (zero where a side has
+/// none), keeping the non-zero results.
+fn merge(a: &[(u32, u64)], b: &[(u32, u64)], f: impl Fn(u64, u64) -> u64) -> Vec<(u32, u64)> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() || y < b.len() {
+        let ia = a.get(x).map_or(u32::MAX, |p| p.0);
+        let ib = b.get(y).map_or(u32::MAX, |p| p.0);
+        let i = ia.min(ib);
+        let wa = if ia == i {
+            x += 1;
+            a[x - 1].1
+        } else {
+            0
+        };
+        let wb = if ib == i {
+            y += 1;
+            b[y - 1].1
+        } else {
+            0
+        };
+        let w = f(wa, wb);
+        if w != 0 {
+            out.push((i, w));
+        }
+    }
+    out
 }
 
 impl IndexSet {
@@ -46,27 +72,7 @@ impl IndexSet {
     pub fn new(len: usize) -> IndexSet {
         IndexSet {
             len: len as u32,
-            lo: 0,
             words: Vec::new(),
-        }
-    }
-
-    /// The set over `0..len` with the given words starting at word `lo`, trimmed.
-    fn from_words(len: u32, lo: usize, mut words: Vec<u64>) -> IndexSet {
-        let end = words.iter().rposition(|&w| w != 0).map_or(0, |i| i + 1);
-        words.truncate(end);
-        let start = words.iter().position(|&w| w != 0).unwrap_or(words.len());
-        if start > 0 {
-            words.drain(..start);
-        }
-        IndexSet {
-            len,
-            lo: if words.is_empty() {
-                0
-            } else {
-                (lo + start) as u32
-            },
-            words,
         }
     }
 
@@ -82,44 +88,53 @@ impl IndexSet {
     /// The set of the given indices, in any order (all must be `< len`; out-of-range ones are
     /// ignored), allocated once.
     pub fn from_slice(len: usize, indices: &[usize]) -> IndexSet {
-        let mut lo = usize::MAX;
-        let mut hi = 0;
+        let mut words: Vec<(u32, u64)> = Vec::with_capacity(indices.len());
         for &i in indices {
             if i < len {
-                lo = lo.min(i / 64);
-                hi = hi.max(i / 64 + 1);
+                words.push(((i / 64) as u32, 1 << (i % 64)));
             }
         }
-        if hi == 0 {
-            return IndexSet::new(len);
-        }
-        let mut words = vec![0; hi - lo];
-        for &i in indices {
-            if i < len {
-                words[i / 64 - lo] |= 1 << (i % 64);
+        words.sort_unstable_by_key(|p| p.0);
+        words.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1 |= b.1;
+                true
+            } else {
+                false
             }
-        }
+        });
+        words.shrink_to_fit();
         IndexSet {
             len: len as u32,
-            lo: lo as u32,
             words,
         }
     }
 
     /// The set of the given indices, in increasing order (all must be `< len`).
     pub fn from_sorted(len: usize, indices: &[usize]) -> IndexSet {
-        let (Some(&first), Some(&last)) = (indices.first(), indices.last()) else {
-            return IndexSet::new(len);
+        debug_assert!(indices.windows(2).all(|w| w[0] <= w[1]));
+        debug_assert!(indices.last().is_none_or(|&l| l < len));
+        let n = match indices {
+            [] => 0,
+            [first, .., last] if first / 64 == last / 64 => 1,
+            _ => {
+                let mut n = 1;
+                for w in indices.windows(2) {
+                    n += usize::from(w[0] / 64 != w[1] / 64);
+                }
+                n
+            }
         };
-        debug_assert!(indices.windows(2).all(|w| w[0] <= w[1]) && last < len);
-        let lo = first / 64;
-        let mut words = vec![0; last / 64 + 1 - lo];
+        let mut words: Vec<(u32, u64)> = Vec::with_capacity(n);
         for &i in indices {
-            words[i / 64 - lo] |= 1 << (i % 64);
+            let (k, bit) = ((i / 64) as u32, 1u64 << (i % 64));
+            match words.last_mut() {
+                Some((j, w)) if *j == k => *w |= bit,
+                _ => words.push((k, bit)),
+            }
         }
         IndexSet {
             len: len as u32,
-            lo: lo as u32,
             words,
         }
     }
@@ -134,13 +149,13 @@ impl IndexSet {
         self.words.is_empty()
     }
 
-    /// The word at index `i` (zero outside the stored ones).
+    /// The word at index `i` (zero where none is stored).
     #[inline]
     pub fn word(&self, i: usize) -> u64 {
-        i.checked_sub(self.lo as usize)
-            .and_then(|k| self.words.get(k))
-            .copied()
-            .unwrap_or(0)
+        match self.words.binary_search_by_key(&(i as u32), |p| p.0) {
+            Ok(k) => self.words[k].1,
+            Err(_) => 0,
+        }
     }
 
     /// Adds an index (ignored if out of range).
@@ -148,33 +163,25 @@ impl IndexSet {
         if i >= self.len as usize {
             return;
         }
-        let w = i / 64;
-        let bit = 1 << (i % 64);
-        let lo = self.lo as usize;
-        if self.words.is_empty() {
-            self.lo = w as u32;
-            self.words.push(bit);
-        } else if w < lo {
-            self.words.splice(0..0, std::iter::repeat_n(0, lo - w));
-            self.lo = w as u32;
-            self.words[0] |= bit;
-        } else {
-            if w >= lo + self.words.len() {
-                self.words.resize(w - lo + 1, 0);
-            }
-            self.words[w - lo] |= bit;
+        let (k, bit) = ((i / 64) as u32, 1u64 << (i % 64));
+        match self.words.last_mut() {
+            Some((j, w)) if *j == k => *w |= bit,
+            Some((j, _)) if *j < k => self.words.push((k, bit)),
+            None => self.words.push((k, bit)),
+            _ => match self.words.binary_search_by_key(&k, |p| p.0) {
+                Ok(p) => self.words[p].1 |= bit,
+                Err(p) => self.words.insert(p, (k, bit)),
+            },
         }
     }
 
     /// Removes an index.
     pub fn remove(&mut self, i: usize) {
-        if !self.contains(i) {
-            return;
-        }
-        let k = i / 64 - self.lo as usize;
-        self.words[k] &= !(1 << (i % 64));
-        if self.words[k] == 0 && (k == 0 || k + 1 == self.words.len()) {
-            self.trim();
+        if let Ok(p) = self.words.binary_search_by_key(&((i / 64) as u32), |p| p.0) {
+            self.words[p].1 &= !(1 << (i % 64));
+            if self.words[p].1 == 0 {
+                self.words.remove(p);
+            }
         }
     }
 
@@ -186,97 +193,74 @@ impl IndexSet {
 
     /// Number of members.
     pub fn count(&self) -> usize {
-        self.words.iter().map(|w| w.count_ones() as usize).sum()
+        self.words.iter().map(|w| w.1.count_ones() as usize).sum()
     }
 
     /// `self ∪ other`.
     pub fn union(&self, other: &IndexSet) -> IndexSet {
-        if other.is_empty() {
-            let mut s = self.clone();
-            s.len = self.len.max(other.len);
-            return s;
-        }
-        if self.is_empty() {
-            let mut s = other.clone();
-            s.len = self.len.max(other.len);
-            return s;
-        }
-        let lo = self.lo.min(other.lo) as usize;
-        let hi = self.word_range().end.max(other.word_range().end);
-        let words = (lo..hi).map(|i| self.word(i) | other.word(i)).collect();
-        IndexSet {
-            len: self.len.max(other.len),
-            lo: lo as u32,
-            words,
-        }
+        let len = self.len.max(other.len);
+        let words = if other.is_empty() {
+            self.words.clone()
+        } else if self.is_empty() {
+            other.words.clone()
+        } else {
+            let mut w = merge(&self.words, &other.words, |a, b| a | b);
+            w.shrink_to_fit();
+            w
+        };
+        IndexSet { len, words }
     }
 
     /// `self ∩ other`.
     pub fn intersection(&self, other: &IndexSet) -> IndexSet {
-        let lo = self.lo.max(other.lo) as usize;
-        let hi = self.word_range().end.min(other.word_range().end);
-        let words = (lo..hi.max(lo))
-            .map(|i| self.word(i) & other.word(i))
-            .collect();
-        IndexSet::from_words(self.len.max(other.len), lo, words)
+        IndexSet {
+            len: self.len.max(other.len),
+            words: merge(&self.words, &other.words, |a, b| a & b),
+        }
     }
 
     /// `self − other`.
     pub fn difference(&self, other: &IndexSet) -> IndexSet {
-        let r = self.word_range();
-        let words = r.clone().map(|i| self.word(i) & !other.word(i)).collect();
-        IndexSet::from_words(self.len.max(other.len), r.start, words)
+        IndexSet {
+            len: self.len.max(other.len),
+            words: merge(&self.words, &other.words, |a, b| a & !b),
+        }
     }
 
-    /// Adds every member of `other`.
+    /// Adds every member of `other` (those below this set's size).
     pub fn union_with(&mut self, other: &IndexSet) {
-        if other.is_empty() {
+        let nw = (self.len as usize).div_ceil(64) as u32;
+        let end = other.words.partition_point(|p| p.0 < nw);
+        let o = &other.words[..end];
+        if o.is_empty() {
             return;
         }
-        let nw = (self.len as usize).div_ceil(64);
-        let r = other.word_range();
-        let r = r.start..r.end.min(nw);
-        if r.is_empty() {
+        if self.words.last().is_none_or(|l| l.0 < o[0].0) {
+            self.words.extend_from_slice(o);
             return;
         }
-        let clipped = r.end < other.word_range().end;
-        if self.is_empty() {
-            self.lo = r.start as u32;
-            self.words
-                .extend_from_slice(&other.words[..r.end - r.start]);
-            self.trim();
-            return;
-        }
-        let lo = self.lo as usize;
-        if r.start < lo {
-            self.words
-                .splice(0..0, std::iter::repeat_n(0, lo - r.start));
-            self.lo = r.start as u32;
-        }
-        let lo = self.lo as usize;
-        if r.end > lo + self.words.len() {
-            self.words.resize(r.end - lo, 0);
-        }
-        for i in r {
-            self.words[i - lo] |= other.word(i);
-        }
-        if clipped {
-            self.trim();
-        }
-    }
-
-    /// Restores the invariant: no zero word first or last.
-    fn trim(&mut self) {
-        let words = std::mem::take(&mut self.words);
-        *self = IndexSet::from_words(self.len, self.lo as usize, words);
+        self.words = merge(&self.words, o, |a, b| a | b);
     }
 
     /// Whether the sets share a member.
     #[inline]
     pub fn intersects(&self, other: &IndexSet) -> bool {
-        let lo = self.lo.max(other.lo) as usize;
-        let hi = self.word_range().end.min(other.word_range().end);
-        (lo..hi).any(|i| self.words[i - self.lo as usize] & other.words[i - other.lo as usize] != 0)
+        let (small, large) = if self.words.len() <= other.words.len() {
+            (&self.words, &other.words)
+        } else {
+            (&other.words, &self.words)
+        };
+        let mut rest: &[(u32, u64)] = large;
+        for &(i, w) in small.iter() {
+            let p = rest.partition_point(|q| q.0 < i);
+            rest = &rest[p..];
+            match rest.first() {
+                None => return false,
+                Some(&(j, v)) if j == i && v & w != 0 => return true,
+                _ => {}
+            }
+        }
+        false
     }
 
     /// Whether the sets share no member.
@@ -287,27 +271,34 @@ impl IndexSet {
 
     /// Whether every member of `self` is in `other`.
     pub fn is_subset(&self, other: &IndexSet) -> bool {
-        self.word_range()
-            .all(|i| self.word(i) & !other.word(i) == 0)
+        let mut rest: &[(u32, u64)] = &other.words;
+        for &(i, w) in &self.words {
+            let p = rest.partition_point(|q| q.0 < i);
+            rest = &rest[p..];
+            match rest.first() {
+                Some(&(j, v)) if j == i && w & !v == 0 => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// The smallest member.
     pub fn first(&self) -> Option<usize> {
-        let w = *self.words.first()?;
-        Some(self.lo as usize * 64 + w.trailing_zeros() as usize)
+        let &(i, w) = self.words.first()?;
+        Some(i as usize * 64 + w.trailing_zeros() as usize)
     }
 
     /// The largest member.
     pub fn last(&self) -> Option<usize> {
-        let w = *self.words.last()?;
-        Some((self.lo as usize + self.words.len()) * 64 - 1 - w.leading_zeros() as usize)
+        let &(i, w) = self.words.last()?;
+        Some(i as usize * 64 + 63 - w.leading_zeros() as usize)
     }
 
     /// The members in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        let start = self.lo as usize;
-        self.words.iter().enumerate().flat_map(move |(k, &w)| {
-            let i = start + k;
+        self.words.iter().flat_map(move |&(i, w)| {
+            let i = i as usize;
             let mut w = w;
             std::iter::from_fn(move || {
                 if w == 0 {
@@ -320,33 +311,36 @@ impl IndexSet {
         })
     }
 
-    /// The stored words: those of [`IndexSet::word_range`], the first and the last non-zero.
-    pub fn words(&self) -> &[u64] {
+    /// The stored words: the non-zero ones, each with its index, by increasing index.
+    pub fn words(&self) -> &[(u32, u64)] {
         &self.words
-    }
-
-    /// The range of word indices that may be non-zero.
-    pub fn word_range(&self) -> std::ops::Range<usize> {
-        self.lo as usize..self.lo as usize + self.words.len()
     }
 }
 
 impl Ord for IndexSet {
     /// TVM's order: at the first differing index, the set containing it is smaller.
     fn cmp(&self, other: &IndexSet) -> Ordering {
-        let lo = self.lo.min(other.lo) as usize;
-        let hi = self.word_range().end.max(other.word_range().end);
-        for i in lo..hi {
-            let a = self.word(i);
-            let b = other.word(i);
-            if a != b {
-                let first = (a ^ b).trailing_zeros();
-                return if a & (1 << first) != 0 {
+        let (a, b) = (&self.words, &other.words);
+        let (mut x, mut y) = (0, 0);
+        while x < a.len() || y < b.len() {
+            let ia = a.get(x).map_or(u32::MAX, |p| p.0);
+            let ib = b.get(y).map_or(u32::MAX, |p| p.0);
+            // A word stored on one side only is non-zero there, zero on the other.
+            let (wa, wb) = match ia.cmp(&ib) {
+                Ordering::Less => (a[x].1, 0),
+                Ordering::Greater => (0, b[y].1),
+                Ordering::Equal => (a[x].1, b[y].1),
+            };
+            if wa != wb {
+                let first = (wa ^ wb).trailing_zeros();
+                return if wa & (1 << first) != 0 {
                     Ordering::Less
                 } else {
                     Ordering::Greater
                 };
             }
+            x += 1;
+            y += 1;
         }
         self.len.cmp(&other.len)
     }
@@ -423,12 +417,12 @@ mod tests {
     #[test]
     fn only_the_words_in_use_are_stored() {
         let mut a = set(&[130]);
-        assert_eq!(a.word_range(), 2..3);
+        assert_eq!(a.words(), [(2, 1 << 2)]);
         a.insert(3);
-        assert_eq!(a.word_range(), 0..3);
+        assert_eq!(a.words(), [(0, 1 << 3), (2, 1 << 2)]);
         assert_eq!(a.iter().collect::<Vec<_>>(), [3, 130]);
         a.remove(3);
-        assert_eq!(a.word_range(), 2..3);
+        assert_eq!(a.words(), [(2, 1 << 2)]);
         assert_eq!(a, set(&[130]));
         a.remove(130);
         assert!(a.is_empty());
@@ -439,10 +433,10 @@ mod tests {
         let mut small = IndexSet::from_indices(64, [5]);
         small.union_with(&set(&[6, 130]));
         assert_eq!(small.iter().collect::<Vec<_>>(), [5, 6]);
-        assert_eq!(small.word_range(), 0..1);
+        assert_eq!(small.words().len(), 1);
         assert_eq!(IndexSet::from_slice(200, &[130, 2, 130]), set(&[2, 130]));
         assert_eq!(set(&[1, 130]).intersection(&set(&[130, 131])), set(&[130]));
-        assert_eq!(set(&[1, 130]).difference(&set(&[130])).word_range(), 0..1);
+        assert_eq!(set(&[1, 130]).difference(&set(&[130])).words().len(), 1);
         assert!(!set(&[1]).intersects(&set(&[130])));
         assert_eq!(set(&[64, 130]).first(), Some(64));
         assert_eq!(set(&[64, 130]).last(), Some(130));

@@ -57,15 +57,32 @@ pub(super) fn combine(
     for (ci, c) in all.iter().enumerate() {
         index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
     }
+    // The candidates that may consume a tuple (see `tuple_arg`), in index order: found once, so
+    // that each round does not look at every candidate's inputs again.
+    let is_tuple = |t: usize| {
+        g.expr(t)
+            .is_some_and(|e| matches!(g.module.expr(e), Expr::Tuple(_)))
+    };
+    let consumes_tuple = |c: &Candidate| {
+        c.sub_graph.kind <= OpPattern::Injective && c.sub_graph.input.iter().any(is_tuple)
+    };
+    let mut tuple_consumers: Vec<usize> = (0..all.len())
+        .filter(|&ci| consumes_tuple(&all[ci]))
+        .collect();
     // The pair search gathers partners through the indexes above; most of them overlap the
     // other side. They are rejected before anything else, on compact copies of the inside
     // sets, and the rest are sorted so that pairs are tried in index order.
     let mut insides = Insides::default();
     // The fingerprint of each candidate's inside set (see `Seen`).
     let mut fps: Vec<u64> = Vec::with_capacity(all.len());
+    // Each candidate's kind, and whether it has no nested parts: with these and `insides`, the
+    // pair search settles most pairs (those whose union was already seen) without reading the
+    // candidates themselves, which are scattered over far more memory.
+    let mut kinds: Vec<(OpPattern, bool)> = Vec::with_capacity(all.len());
     for c in &all {
         insides.push(&c.sub_graph.inside);
         fps.push(seen.fingerprint(&c.sub_graph.inside));
+        kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
     }
     // `mark[c] == query`: candidate `c` was already gathered for the current side.
     let mut mark: Vec<u32> = vec![0; all.len()];
@@ -84,47 +101,67 @@ pub(super) fn combine(
                 Combiner::ByKind(rules) => {
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
-                    let mut try_pair = |ui: usize, di: usize, added: &mut Vec<Candidate>| {
-                        if ui == di {
-                            return;
-                        }
-                        let (up, down) = (&all[ui], &all[di]);
-                        let fires = rules
-                            .iter()
-                            .any(|(a, b)| up.sub_graph.kind <= *a && down.sub_graph.kind <= *b);
-                        if !fires || !up.sub_graph.inside.is_disjoint(&down.sub_graph.inside) {
-                            return;
-                        }
-                        if seen.knows_union(&up.sub_graph, fps[ui], &down.sub_graph, fps[di])
-                            || !up.sub_graph.touches(g, &down.sub_graph)
-                        {
-                            return;
-                        }
-                        let (a, b) = (&up.sub_graph, &down.sub_graph);
-                        if a.nested.is_empty() && b.nested.is_empty() {
-                            // The union is labelled only if it is kept.
-                            let mut u = SubGraph::with(
-                                g,
-                                a.inside.union(&b.inside),
-                                a.kind.max(b.kind),
-                                String::new(),
-                                Vec::new(),
-                            );
-                            // A union too deep now is too deep from every other pair too.
-                            if seen.insert(&u) && u.depth <= max_depth {
-                                u.label = union_labels(&a.label, &b.label);
-                                added.push(
-                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
-                                );
+                    let mut try_pair =
+                        |insides: &Insides, ui: usize, di: usize, added: &mut Vec<Candidate>| {
+                            if ui == di {
+                                return;
                             }
-                        } else if let Some(u) = a.disjoint_union(g, b) {
-                            if seen.insert(&u) && u.depth <= max_depth {
-                                added.push(
-                                    cx.candidate(u, union_labels(&up.rule_name, &down.rule_name)),
-                                );
+                            let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
+                            let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
+                            if !fires {
+                                return;
                             }
-                        }
-                    };
+                            if plain_u
+                                && plain_d
+                                && seen.knows_plain_union(
+                                    insides.get(ui),
+                                    insides.get(di),
+                                    fps[ui].wrapping_add(fps[di]),
+                                )
+                            {
+                                return;
+                            }
+                            let (up, down) = (&all[ui], &all[di]);
+                            // Partners are gathered only if they do not overlap the other side.
+                            debug_assert!(up.sub_graph.inside.is_disjoint(&down.sub_graph.inside));
+                            if (!(plain_u && plain_d)
+                                && seen.knows_union(
+                                    &up.sub_graph,
+                                    fps[ui],
+                                    &down.sub_graph,
+                                    fps[di],
+                                ))
+                                || !up.sub_graph.touches(g, &down.sub_graph)
+                            {
+                                return;
+                            }
+                            let (a, b) = (&up.sub_graph, &down.sub_graph);
+                            if a.nested.is_empty() && b.nested.is_empty() {
+                                // The union is labelled only if it is kept.
+                                let mut u = SubGraph::with(
+                                    g,
+                                    a.inside.union(&b.inside),
+                                    a.kind.max(b.kind),
+                                    String::new(),
+                                    Vec::new(),
+                                );
+                                // A union too deep now is too deep from every other pair too.
+                                if seen.insert(&u) && u.depth <= max_depth {
+                                    u.label = union_labels(&a.label, &b.label);
+                                    added.push(cx.candidate(
+                                        u,
+                                        union_labels(&up.rule_name, &down.rule_name),
+                                    ));
+                                }
+                            } else if let Some(u) = a.disjoint_union(g, b) {
+                                if seen.insert(&u) && u.depth <= max_depth {
+                                    added.push(cx.candidate(
+                                        u,
+                                        union_labels(&up.rule_name, &down.rule_name),
+                                    ));
+                                }
+                            }
+                        };
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
                     // The largest downstream kind each upstream kind may join, and vice versa.
@@ -148,7 +185,7 @@ pub(super) fn combine(
                             continue;
                         };
                         query += 1;
-                        let side = insides.load(&up.sub_graph.inside);
+                        insides.load(&up.sub_graph.inside);
                         partners.clear();
                         for o in up.sub_graph.output.iter() {
                             for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
@@ -156,7 +193,7 @@ pub(super) fn combine(
                                     let di = m.index as usize;
                                     if insides.meets_first_word(m)
                                         || mark[di] == query
-                                        || insides.overlaps(di, side.clone())
+                                        || insides.overlaps(di)
                                     {
                                         mark[di] = query;
                                         continue;
@@ -166,10 +203,10 @@ pub(super) fn combine(
                                 }
                             }
                         }
-                        insides.unload(side);
+                        insides.unload(&up.sub_graph.inside);
                         partners.sort_unstable();
                         for &di in &partners {
-                            try_pair(ui, di, &mut added);
+                            try_pair(&insides, ui, di, &mut added);
                         }
                     }
                     for (di, down) in all.iter().enumerate().skip(first_new) {
@@ -177,7 +214,7 @@ pub(super) fn combine(
                             continue;
                         };
                         query += 1;
-                        let side = insides.load(&down.sub_graph.inside);
+                        insides.load(&down.sub_graph.inside);
                         partners.clear();
                         for e in down.sub_graph.entry.iter() {
                             for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
@@ -189,7 +226,7 @@ pub(super) fn combine(
                                     }
                                     if insides.meets_first_word(m)
                                         || mark[ui] == query
-                                        || insides.overlaps(ui, side.clone())
+                                        || insides.overlaps(ui)
                                     {
                                         mark[ui] = query;
                                         continue;
@@ -199,16 +236,17 @@ pub(super) fn combine(
                                 }
                             }
                         }
-                        insides.unload(side);
+                        insides.unload(&down.sub_graph.inside);
                         partners.sort_unstable();
                         for &ui in &partners {
-                            try_pair(ui, di, &mut added);
+                            try_pair(&insides, ui, di, &mut added);
                         }
                     }
                 }
                 Combiner::TupleArg => tuple_arg(
                     cx,
                     &all,
+                    &tuple_consumers,
                     &by_exit,
                     first_new,
                     &mut |seen: &mut Seen, sg, name| push(seen, sg, name, &mut added),
@@ -276,8 +314,12 @@ pub(super) fn combine(
         for c in added {
             let ci = all.len();
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
+            if consumes_tuple(&c) {
+                tuple_consumers.push(ci);
+            }
             insides.push(&c.sub_graph.inside);
             fps.push(seen.fingerprint(&c.sub_graph.inside));
+            kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
             mark.push(0);
             all.push(c);
         }
@@ -285,38 +327,40 @@ pub(super) fn combine(
     all
 }
 
-/// Copies of inside sets, each as its non-zero range of words, in one array, and one more set
-/// loaded word by word to test them against.
+/// Copies of inside sets, each as its non-zero words, in one array, and one more set loaded
+/// word by word to test them against.
 #[derive(Default)]
 struct Insides {
-    words: Vec<u64>,
-    /// Per set: start in `words`, first word index, number of words.
-    spans: Vec<(u32, u32, u32)>,
-    /// The loaded set's words, indexed by word; zero outside the loaded range.
+    words: Vec<(u32, u64)>,
+    /// Per set: start in `words`, number of words.
+    spans: Vec<(u32, u32)>,
+    /// The loaded set's words, indexed by word; zero elsewhere.
     dense: Vec<u64>,
 }
 
 impl Insides {
     fn push(&mut self, s: &IndexSet) {
-        let r = s.word_range();
         self.spans
-            .push((self.words.len() as u32, r.start as u32, r.len() as u32));
+            .push((self.words.len() as u32, s.words().len() as u32));
         self.words.extend_from_slice(s.words());
     }
 
-    /// Loads `s` to test sets against; returns its range of words, to pass to
-    /// [`Insides::overlaps`] and then to [`Insides::unload`].
-    fn load(&mut self, s: &IndexSet) -> std::ops::Range<usize> {
-        let r = s.word_range();
-        if self.dense.len() < r.end {
-            self.dense.resize(r.end, 0);
+    /// Loads `s` to test sets against with [`Insides::overlaps`]; pass it to
+    /// [`Insides::unload`] afterwards.
+    fn load(&mut self, s: &IndexSet) {
+        let end = s.words().last().map_or(0, |p| p.0 as usize + 1);
+        if self.dense.len() < end {
+            self.dense.resize(end, 0);
         }
-        self.dense[r.clone()].copy_from_slice(s.words());
-        r
+        for &(i, w) in s.words() {
+            self.dense[i as usize] = w;
+        }
     }
 
-    fn unload(&mut self, range: std::ops::Range<usize>) {
-        self.dense[range].fill(0);
+    fn unload(&mut self, s: &IndexSet) {
+        for &(i, _) in s.words() {
+            self.dense[i as usize] = 0;
+        }
     }
 
     /// Whether the first word of an indexed candidate meets the loaded set (if not, the rest of
@@ -328,14 +372,20 @@ impl Insides {
             .is_some_and(|&w| w & m.bits != 0)
     }
 
-    /// Whether set `k` meets the loaded set, whose words are in `range`.
+    /// The words of set `k`.
     #[inline]
-    fn overlaps(&self, k: usize, range: std::ops::Range<usize>) -> bool {
-        let (start, lo, n) = self.spans[k];
-        let (start, lo, n) = (start as usize, lo as usize, n as usize);
-        let a = lo.max(range.start);
-        let b = (lo + n).min(range.end);
-        (a..b).any(|w| self.words[start + w - lo] & self.dense[w] != 0)
+    fn get(&self, k: usize) -> &[(u32, u64)] {
+        let (start, n) = self.spans[k];
+        &self.words[start as usize..][..n as usize]
+    }
+
+    /// Whether set `k` meets the loaded set.
+    #[inline]
+    fn overlaps(&self, k: usize) -> bool {
+        let (start, n) = self.spans[k];
+        self.words[start as usize..][..n as usize]
+            .iter()
+            .any(|&(i, w)| self.dense.get(i as usize).is_some_and(|&d| d & w != 0))
     }
 }
 
@@ -358,29 +408,41 @@ struct Member {
 
 impl Member {
     fn new(index: usize, inside: &IndexSet) -> Member {
-        let word = inside.word_range().start;
+        let (word, bits) = inside.words().first().copied().unwrap_or((0, 0));
         Member {
             index: index as u32,
-            word: word as u32,
-            bits: inside.word(word),
+            word,
+            bits,
         }
     }
 }
 
-/// Whether `c` is exactly the union of `a` and `b`.
-fn is_union_of(c: &IndexSet, a: &IndexSet, b: &IndexSet) -> bool {
-    let rc = c.word_range();
-    // Stored words start and end non-zero, so a subset's words lie within `c`'s.
-    let within = |s: &IndexSet| {
-        let r = s.word_range();
-        s.is_empty() || (rc.start <= r.start && r.end <= rc.end)
-    };
-    within(a)
-        && within(b)
-        && c.words()
-            .iter()
-            .enumerate()
-            .all(|(k, &w)| w == a.word(rc.start + k) | b.word(rc.start + k))
+/// Whether `c` is exactly the union of `a` and `b`, which are disjoint (sets given by their
+/// non-zero words, as [`IndexSet::words`]).
+fn is_union_of(c: &[(u32, u64)], a: &[(u32, u64)], b: &[(u32, u64)]) -> bool {
+    c.len() <= a.len() + b.len()
+        && words_subset(a, c)
+        && words_subset(b, c)
+        && words_count(c) == words_count(a) + words_count(b)
+}
+
+/// The number of members of a set given by its non-zero words.
+fn words_count(s: &[(u32, u64)]) -> usize {
+    s.iter().map(|p| p.1.count_ones() as usize).sum()
+}
+
+/// Whether every member of `a` is in `c` (sets given by their non-zero words).
+fn words_subset(a: &[(u32, u64)], c: &[(u32, u64)]) -> bool {
+    let mut rest = c;
+    for &(i, w) in a {
+        let p = rest.partition_point(|q| q.0 < i);
+        rest = &rest[p..];
+        match rest.first() {
+            Some(&(j, v)) if j == i && w & !v == 0 => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set
@@ -396,9 +458,12 @@ struct Seen {
     keys: HashSet<Key>,
     /// Fingerprint of a plain sub-graph's inside set to the last position in `sets` with it.
     plain: rustc_hash::FxHashMap<u64, u32>,
-    /// Inside sets of plain sub-graphs, each with the previous position with the same
-    /// fingerprint (`u32::MAX` for none).
-    sets: Vec<(IndexSet, u32)>,
+    /// Inside sets of plain sub-graphs, each as its start and number of words in `words`, with
+    /// the previous position with the same fingerprint (`u32::MAX` for none).
+    sets: Vec<(u32, u32, u32)>,
+    /// The words of the recorded inside sets, one after the other (one array rather than one
+    /// allocation per set).
+    words: Vec<(u32, u64)>,
     /// The number of each node.
     node_hash: Vec<u64>,
 }
@@ -409,6 +474,7 @@ impl Seen {
             keys: HashSet::default(),
             plain: Default::default(),
             sets: Vec::new(),
+            words: Vec::new(),
             node_hash: (0..nodes as u64).map(splitmix64).collect(),
         }
     }
@@ -425,36 +491,51 @@ impl Seen {
             return self.keys.insert(key_of(sg));
         }
         let fp = self.fingerprint(&sg.inside);
-        if self.same_fingerprint(fp).any(|s| *s == sg.inside) {
+        if self.same_fingerprint(fp).any(|s| s == sg.inside.words()) {
             return false;
         }
         let k = self.sets.len() as u32;
         let prev = self.plain.insert(fp, k).unwrap_or(u32::MAX);
-        self.sets.push((sg.inside.clone(), prev));
+        let w = sg.inside.words();
+        self.sets
+            .push((self.words.len() as u32, w.len() as u32, prev));
+        self.words.extend_from_slice(w);
         true
     }
 
-    /// The recorded plain inside sets with fingerprint `fp`.
-    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &IndexSet> + '_ {
+    /// The words of the recorded plain inside sets with fingerprint `fp`.
+    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &[(u32, u64)]> + '_ {
         let mut k = self.plain.get(&fp).copied().unwrap_or(u32::MAX);
         std::iter::from_fn(move || {
-            let (s, prev) = self.sets.get(k as usize)?;
-            k = *prev;
-            Some(s)
+            let &(start, n, prev) = self.sets.get(k as usize)?;
+            k = prev;
+            Some(&self.words[start as usize..][..n as usize])
         })
     }
 
     /// Whether a sub-graph without nested parts and with this inside set was already seen.
     fn knows(&self, inside: &IndexSet) -> bool {
         self.same_fingerprint(self.fingerprint(inside))
-            .any(|s| s == inside)
+            .any(|s| s == inside.words())
     }
 
     /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
     /// `fp`) plus node `o` was already seen.
     fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
         self.same_fingerprint(fp.wrapping_add(self.node_hash[o]))
-            .any(|s| s.contains(o) && s.count() == inside.count() + 1 && inside.is_subset(s))
+            .any(|s| {
+                let (k, bit) = ((o / 64) as u32, 1u64 << (o % 64));
+                let has_o = s
+                    .binary_search_by_key(&k, |p| p.0)
+                    .is_ok_and(|p| s[p].1 & bit != 0);
+                has_o && words_count(s) == inside.count() + 1 && words_subset(inside.words(), s)
+            })
+    }
+
+    /// Whether a sub-graph without nested parts whose inside set is the union of the disjoint
+    /// sets `a` and `b` (given by their words), with fingerprint `fp`, was already seen.
+    fn knows_plain_union(&self, a: &[(u32, u64)], b: &[(u32, u64)], fp: u64) -> bool {
+        self.same_fingerprint(fp).any(|s| is_union_of(s, a, b))
     }
 
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
@@ -462,8 +543,7 @@ impl Seen {
     fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
         if a.nested.is_empty() && b.nested.is_empty() {
             let (a, b) = (&a.inside, &b.inside);
-            self.same_fingerprint(fa.wrapping_add(fb))
-                .any(|s| is_union_of(s, a, b))
+            self.knows_plain_union(a.words(), b.words(), fa.wrapping_add(fb))
         } else {
             self.keys.contains(&union_key(a, b))
         }
@@ -501,11 +581,14 @@ fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
 }
 
 /// "I → tuple → I": an injective consumer of a tuple, the tuple, and a producer for every field.
+/// `consumers` are the candidates of kind at most injective with a tuple among their inputs, in
+/// index order.
 /// Combinations are built on inside sets; one made only of candidates from earlier rounds was
 /// already tried, so it is pruned as soon as no later field can bring a new member.
 fn tuple_arg(
     cx: &Eval<'_, '_>,
     all: &[Candidate],
+    consumers: &[usize],
     by_exit: &[Vec<usize>],
     first_new: usize,
     push: &mut dyn FnMut(&mut Seen, SubGraph, String),
@@ -514,10 +597,8 @@ fn tuple_arg(
     let g = cx.g;
     let mut contain: Vec<u64> = Vec::new();
     let mut overlapping: Vec<u64> = Vec::new();
-    for (ci, consumer) in all.iter().enumerate() {
-        if consumer.sub_graph.kind > OpPattern::Injective {
-            continue;
-        }
+    for &ci in consumers {
+        let consumer = &all[ci];
         for t in consumer.sub_graph.input.iter() {
             let is_tuple = g
                 .expr(t)

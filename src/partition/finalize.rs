@@ -247,10 +247,3 @@ pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String,
         .map_err(|e| format!("the partitioned program differs from the input: {e}"))?;
     Ok(text)
 }
-
-impl Plan {
-    /// The candidates chosen, as references.
-    pub fn chosen_candidates(&self) -> impl Iterator<Item = &Candidate> {
-        self.chosen.iter().map(|&k| &self.candidates[k])
-    }
-}

@@ -349,16 +349,8 @@ fn bert_layer(b: &mut Body, h: &str, seq: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::SourceMap;
 
-    fn load(text: &str) -> crate::ir::Module {
-        let mut sources = SourceMap::new();
-        let file = sources.add("gen.relay", text);
-        match crate::relay::load(&sources, file) {
-            Ok(m) => m,
-            Err(d) => panic!("{}\n{text}", d.render_plain(&sources)),
-        }
-    }
+    use crate::relay::load_text as load;
 
     fn op_calls(m: &crate::ir::Module) -> usize {
         m.exprs

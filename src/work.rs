@@ -482,16 +482,8 @@ fn per_channel(total: f64, channels: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::SourceMap;
 
-    fn load(text: &str) -> Module {
-        let mut sources = SourceMap::new();
-        let file = sources.add("t.relay", text);
-        match crate::relay::load(&sources, file) {
-            Ok(m) => m,
-            Err(d) => panic!("{}", d.render_plain(&sources)),
-        }
-    }
+    use crate::relay::load_text as load;
 
     /// The FLOPs of the one operator call in `@main(params) { body }` whose operator is `op`.
     fn flops_of(params: &str, body: &str, op: &str) -> f64 {

@@ -59,22 +59,10 @@ pub fn kernels(g: &DataflowGraph<'_>, sg: &SubGraph) -> Vec<IndexSet> {
     for c in &composites {
         rest = rest.difference(c);
     }
-    if rest.iter().any(|i| is_op_call(g, i)) {
+    if rest.iter().any(|i| g.is_op_call(i)) {
         composites.push(rest);
     }
     composites
-}
-
-fn is_op_call(g: &DataflowGraph<'_>, i: usize) -> bool {
-    g.expr(i).is_some_and(|e| {
-        matches!(
-            g.module.expr(e),
-            Expr::Call {
-                callee: Callee::Op(_),
-                ..
-            }
-        )
-    })
 }
 
 /// Bytes of a node's value.

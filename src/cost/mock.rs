@@ -4,7 +4,6 @@
 //! (`3 + 3·0.9 == 5.7`).
 
 use super::{read_json, Cost, Estimator, Request, SpecError};
-use crate::ir::{Callee, Expr};
 
 /// The mock estimator: base cost per target name.
 pub struct Mock {
@@ -56,17 +55,7 @@ pub fn op_calls(req: &Request<'_, '_>) -> usize {
         .sub_graph
         .inside
         .iter()
-        .filter(|&i| {
-            g.expr(i).is_some_and(|e| {
-                matches!(
-                    g.module.expr(e),
-                    Expr::Call {
-                        callee: Callee::Op(_),
-                        ..
-                    }
-                )
-            })
-        })
+        .filter(|&i| g.is_op_call(i))
         .count()
 }
 

@@ -63,16 +63,6 @@ pub fn fuse_node_desc(m: &Module, e: crate::ir::ExprId) -> String {
     }
 }
 
-fn is_op_call(m: &Module, e: crate::ir::ExprId) -> bool {
-    matches!(
-        m.expr(e),
-        crate::ir::Expr::Call {
-            callee: crate::ir::Callee::Op(_),
-            ..
-        }
-    )
-}
-
 /// The post-DFS index of every expression in a FuseOps result (`usize::MAX` if it has none).
 fn fuse_indices(m: &Module, r: &crate::fuse::FuseResult) -> Vec<usize> {
     let mut idx = vec![usize::MAX; m.exprs.len()];
@@ -116,7 +106,7 @@ pub fn fuse_text(
     let mut out = String::new();
     let (mut calls, mut kernels, mut fused) = (0usize, 0usize, 0usize);
     for (gi, g) in r.groups.iter().enumerate() {
-        let n_calls = g.nodes.iter().filter(|&&e| is_op_call(m, e)).count();
+        let n_calls = g.nodes.iter().filter(|&&e| m.is_op_call(e)).count();
         calls += n_calls;
         if n_calls > 0 {
             kernels += 1;
@@ -182,7 +172,7 @@ pub fn fuse_json(
                         Expr::Global(_) => "GlobalVar",
                         Expr::Op(_) => "Op",
                     };
-                    let op = is_op_call(m, e).then(|| fuse_node_desc(m, e));
+                    let op = m.is_op_call(e).then(|| fuse_node_desc(m, e));
                     let binding = match m.expr(e) {
                         Expr::Var(v) => Some(format!("%{}", m.var(*v).name)),
                         _ => m.bindings[e.index()].as_ref().map(|b| format!("%{b}")),

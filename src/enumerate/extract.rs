@@ -625,16 +625,8 @@ impl Builder<'_, '_> {
 mod tests {
     use super::*;
     use crate::relay::print::print_module;
-    use crate::source::SourceMap;
 
-    fn load(text: &str) -> Module {
-        let mut sources = SourceMap::new();
-        let file = sources.add("t.relay", text);
-        match crate::relay::load(&sources, file) {
-            Ok(m) => m,
-            Err(d) => panic!("{}", d.render_plain(&sources)),
-        }
-    }
+    use crate::relay::load_text as load;
 
     const MODEL: &str = "#[version = \"0.0.5\"]\n\
         def @main(%a: Tensor[(2, 2), float32], %b: Tensor[(2, 2), float32]) {\n  \

@@ -122,6 +122,11 @@ impl<'m> DataflowGraph<'m> {
         self.graph.index_of(e).map(NodeIdx::index)
     }
 
+    /// Whether node `i` is a call of a registered operator.
+    pub fn is_op_call(&self, i: usize) -> bool {
+        self.expr(i).is_some_and(|e| self.module.is_op_call(e))
+    }
+
     /// Whether node `i` is the external root.
     pub fn is_external(&self, i: usize) -> bool {
         i as u32 == self.root

@@ -248,13 +248,8 @@ pub fn equal_after_inlining(a: &Module, b: &Module) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::equal_after_inlining;
-    use crate::source::SourceMap;
 
-    fn load(text: &str) -> crate::ir::Module {
-        let mut sources = SourceMap::new();
-        let file = sources.add("t.relay", text.to_string());
-        crate::relay::load(&sources, file).unwrap_or_else(|_| panic!("loads: {text}"))
-    }
+    use crate::relay::load_text as load;
 
     const ORIGINAL: &str = "#[version = \"0.0.5\"]
 def @main(%x: Tensor[(4), float32], %y: Tensor[(4), float32]) {

@@ -335,6 +335,17 @@ impl Module {
         })
     }
 
+    /// Whether an expression is a call of a registered operator.
+    pub fn is_op_call(&self, id: ExprId) -> bool {
+        matches!(
+            self.expr(id),
+            Expr::Call {
+                callee: Callee::Op(_),
+                ..
+            }
+        )
+    }
+
     /// The operand expressions of an expression, in order (callee first for non-operator calls).
     pub fn operands(&self, id: ExprId) -> Vec<ExprId> {
         let mut out = Vec::new();

@@ -28,3 +28,15 @@ pub fn load(sources: &SourceMap, file: FileId) -> Result<Module, Diagnostics> {
     crate::typeck::check(&mut m)?;
     Ok(m)
 }
+
+/// [`load`] for unit tests: the text must load; otherwise panics with the diagnostics and the
+/// text.
+#[cfg(test)]
+pub(crate) fn load_text(text: &str) -> Module {
+    let mut sources = SourceMap::new();
+    let file = sources.add("test.relay", text);
+    match load(&sources, file) {
+        Ok(m) => m,
+        Err(d) => panic!("{}\n{text}", d.render_plain(&sources)),
+    }
+}

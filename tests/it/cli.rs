@@ -1,19 +1,10 @@
 //! End-to-end runs of the `collage` binary: exit codes and output streams.
 
-use crate::support::root;
-use std::process::Command;
-
-fn collage(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("the binary runs")
-}
+use crate::support::collage;
 
 #[test]
 fn parse_prints_canonical_text_and_exits_zero() {
-    let out = collage(&["parse", "tests/models/mnist.relay"]);
+    let out = collage(["parse", "tests/models/mnist.relay"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("#[version = \"0.0.5\"]\ndef @main("));
@@ -23,7 +14,7 @@ fn parse_prints_canonical_text_and_exits_zero() {
 
 #[test]
 fn parse_json_lists_nodes() {
-    let out = collage(&["parse", "--json", "tests/models/gpt2_extract.relay"]);
+    let out = collage(["parse", "--json", "tests/models/gpt2_extract.relay"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let nodes = v["nodes"].as_array().unwrap();
@@ -44,7 +35,7 @@ fn parse_errors_exit_one_with_spanned_diagnostic() {
         "#[version = \"0.0.5\"]\ndef @main(%x: float32) { nn.relu(%y) }\n",
     )
     .unwrap();
-    let out = collage(&["parse", file.to_str().unwrap()]);
+    let out = collage(["parse", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -57,7 +48,7 @@ fn parse_errors_exit_one_with_spanned_diagnostic() {
 
 #[test]
 fn missing_file_exits_two() {
-    let out = collage(&["parse", "no/such/file.relay"]);
+    let out = collage(["parse", "no/such/file.relay"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("E0901"), "{err}");
@@ -65,7 +56,7 @@ fn missing_file_exits_two() {
 
 #[test]
 fn usage_error_exits_two() {
-    let out = collage(&["parse"]);
+    let out = collage(["parse"]);
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -86,7 +77,7 @@ fn plan_devices_conflict_exits_one_with_both_spans() {
          %0 = on_device(%a, virtual_device=VirtualDevice(device=\"cuda\", id=0), constrain_result=True);\n  \
          nn.relu(%0)\n}\n",
     );
-    let out = collage(&["plan-devices", file.to_str().unwrap()]);
+    let out = collage(["plan-devices", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -110,7 +101,7 @@ fn plan_devices_prints_minimal_and_complete_forms() {
          negative(%0)\n}\n",
     );
     let path = file.to_str().unwrap();
-    let out = collage(&["plan-devices", "--minimal", "--no-type-comments", path]);
+    let out = collage(["plan-devices", "--minimal", "--no-type-comments", path]);
     assert_eq!(out.status.code(), Some(0));
     let minimal = String::from_utf8(out.stdout).unwrap();
     let cuda = "VirtualDevice(device=\"cuda\", id=0)";
@@ -128,7 +119,7 @@ fn plan_devices_prints_minimal_and_complete_forms() {
         "{minimal}"
     );
     assert!(!minimal.contains("on_device"), "{minimal}");
-    let out = collage(&["plan-devices", "--complete", path]);
+    let out = collage(["plan-devices", "--complete", path]);
     assert_eq!(out.status.code(), Some(0));
     let complete = String::from_utf8(out.stdout).unwrap();
     assert!(
@@ -137,6 +128,6 @@ fn plan_devices_prints_minimal_and_complete_forms() {
         )),
         "{complete}"
     );
-    let out = collage(&["plan-devices", "--default-device", "tpu", path]);
+    let out = collage(["plan-devices", "--default-device", "tpu", path]);
     assert_eq!(out.status.code(), Some(2));
 }

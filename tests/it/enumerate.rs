@@ -32,7 +32,6 @@ use collage::ruletree::{Program, SubGraphConfig};
 use collage::sema;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::process::Command;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -1160,11 +1159,7 @@ fn fuse_ops_groups_are_tvm_candidates() {
 // Snapshots: `collage candidates tests/models/mnist.relay --target T`, one per shipped target.
 
 fn candidates_cli(model: &str, target: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(["candidates", model, "--target", target])
-        .current_dir(root())
-        .output()
-        .expect("the binary runs");
+    let out = crate::support::collage(["candidates", model, "--target", target]);
     assert_eq!(
         out.status.code(),
         Some(0),

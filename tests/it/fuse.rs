@@ -9,7 +9,7 @@
 //!   disjoint, connected and convex.
 //! * Snapshots of the JSON and text output, and the command's exit codes.
 
-use crate::support::{load_ok, load_text, root};
+use crate::support::{collage, load_ok, load_text, root};
 use collage::driver::{fuse_json, fuse_node_desc, fuse_node_name, fuse_text};
 use collage::fuse::graph::ForwardGraph;
 use collage::fuse::partition::{Groups, Partitioner};
@@ -17,7 +17,6 @@ use collage::fuse::postdom::PostDomTree;
 use collage::fuse::{fuse, FuseResult, DEFAULT_MAX_DEPTH};
 use collage::ir::{Callee, Expr, ExprId, Module};
 use collage::ops::OpPattern::{self, *};
-use std::process::Command;
 
 fn fixture(name: &str) -> Module {
     load_ok(
@@ -839,17 +838,9 @@ fn output_is_deterministic() {
 // ---------------------------------------------------------------------------------------------
 // The command line
 
-fn collage(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("the binary runs")
-}
-
 #[test]
 fn cli_fuse_exit_codes() {
-    let out = collage(&["fuse", "tests/models/mnist.relay"]);
+    let out = collage(["fuse", "tests/models/mnist.relay"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(
@@ -860,7 +851,7 @@ fn cli_fuse_exit_codes() {
         "@main: nodes 22, groups 15, operator calls 13, kernels 8, fused kernels 3, max depth 256\n"
     ));
 
-    let out = collage(&[
+    let out = collage([
         "fuse",
         "--json",
         "--max-depth",
@@ -885,7 +876,7 @@ fn cli_fuse_exit_codes() {
         "#[version = \"0.0.5\"]\ndef @main(%x: float32) { nn.relu(%y) }\n",
     )
     .unwrap();
-    let out = collage(&["fuse", bad.to_str().unwrap()]);
+    let out = collage(["fuse", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8(out.stderr).unwrap().contains("E0301"));
     assert!(out.stdout.is_empty());
@@ -896,14 +887,14 @@ fn cli_fuse_exit_codes() {
         "#[version = \"0.0.5\"]\ndef @f(%x: float32) { %x }\ndef @g(%x: float32) { %x }\n",
     )
     .unwrap();
-    let out = collage(&["fuse", nomain.to_str().unwrap()]);
+    let out = collage(["fuse", nomain.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     // Missing file: 2. Usage errors: 2.
-    let out = collage(&["fuse", "no/such/file.relay"]);
+    let out = collage(["fuse", "no/such/file.relay"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("E0901"));
-    assert_eq!(collage(&["fuse"]).status.code(), Some(2));
-    let out = collage(&["fuse", "--max-depth", "many", "tests/models/mnist.relay"]);
+    assert_eq!(collage(["fuse"]).status.code(), Some(2));
+    let out = collage(["fuse", "--max-depth", "many", "tests/models/mnist.relay"]);
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,11 +1,10 @@
 //! The model generators (`collage::gen`) and `collage generate`: generated models load cleanly,
 //! the 12-layer GPT-2 is the corpus model, and size grows linearly with depth.
 
-use crate::support::{load_ok, load_text, root};
+use crate::support::{collage, load_ok, load_text, root};
 use collage::ir::{Callee, Expr, Module};
 use collage::work::module_flops;
 use std::collections::BTreeMap;
-use std::process::Command;
 
 /// Parses and type-checks generated text; panics with the diagnostics if there are any.
 fn load_generated(name: &str, text: &str) -> Module {
@@ -89,17 +88,9 @@ fn bert_large_does_the_known_work() {
     );
 }
 
-fn collage(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("the binary runs")
-}
-
 #[test]
 fn generate_command_prints_or_writes_the_model() {
-    let out = collage(&["generate", "gpt2", "--layers", "2"]);
+    let out = collage(["generate", "gpt2", "--layers", "2"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text, collage::gen::gpt2(2));
@@ -107,7 +98,7 @@ fn generate_command_prints_or_writes_the_model() {
     let dir = std::env::temp_dir().join(format!("collage-generate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("bert.relay");
-    let out = collage(&[
+    let out = collage([
         "generate",
         "bert",
         "--layers",
@@ -146,7 +137,7 @@ fn generate_rejects_bad_sizes_with_exit_two() {
         assert!(out.stdout.is_empty(), "{args:?}");
         assert!(!out.stderr.is_empty(), "{args:?}");
     }
-    let out = collage(&["generate", "gpt2", "-o", "no/such/dir/out.relay"]);
+    let out = collage(["generate", "gpt2", "-o", "no/such/dir/out.relay"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("error[E0902]: cannot write"), "{err}");

@@ -10,7 +10,7 @@
 //!   BYOC target T used alone the cost is at most T's greedy placement (the RFC's success
 //!   metric 3) and at most native TVM alone.
 
-use crate::support::{load_ok, root};
+use crate::support::{collage, collage_in, load_ok, root};
 use collage::cost::cache::estimate_all;
 use collage::cost::mock::Mock;
 use collage::cost::{Cost, Estimator, Request};
@@ -552,10 +552,7 @@ fn two_device_model_partitions_on_both_devices() {
 #[test]
 fn conflicting_devices_are_a_diagnostic() {
     let path = root().join("tests/fixtures/devices/conflict-param-and-on-device.relay");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args(["partition", path.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = collage(["partition", path.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("E0701"), "{stderr}");
@@ -577,13 +574,19 @@ fn former_failures_partition_cleanly() {
         ("rec", "byoc"),
         ("deep", "byoc"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
-            .args(["partition", &format!("{model}.relay"), "--rules"])
-            .arg(format!("{rules}.rules"))
-            .args(["--costs", "mock:mock.json", "--format", "json"])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
+        let out = collage_in(
+            &dir,
+            [
+                "partition",
+                &format!("{model}.relay"),
+                "--rules",
+                &format!("{rules}.rules"),
+                "--costs",
+                "mock:mock.json",
+                "--format",
+                "json",
+            ],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{model}: {stderr}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -599,17 +602,13 @@ fn former_failures_partition_cleanly() {
 #[test]
 fn table_costs_by_fingerprint_with_fallback() {
     let m = load_ok(&root().join("tests/models/mnist.relay"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args([
-            "candidates",
-            "tests/models/mnist.relay",
-            "--target",
-            "tvm",
-            "--json",
-        ])
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let out = collage([
+        "candidates",
+        "tests/models/mnist.relay",
+        "--target",
+        "tvm",
+        "--json",
+    ]);
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut table = serde_json::Map::new();
     for t in listed["targets"].as_array().unwrap() {

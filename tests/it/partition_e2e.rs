@@ -38,10 +38,9 @@
 //! Failing runs must not panic, must print nothing on stdout, must not write the program and
 //! must print the same diagnostics when repeated.
 
-use crate::support::root;
+use crate::support::{collage_in, root};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 /// One expected run.
 #[derive(Debug, Default)]
@@ -129,25 +128,6 @@ fn normalise_line(s: &str) -> String {
     format!("{}: {}", head.join(" "), calls.join(" "))
 }
 
-/// Runs the binary in `dir`. The scenarios start well over a hundred processes; where `nice`
-/// exists they run at the lowest priority, so that they do not slow down the timed tests that
-/// run beside this one.
-fn collage(dir: &Path, args: &[String]) -> Output {
-    let bin = env!("CARGO_BIN_EXE_collage");
-    let nice = Path::new("/usr/bin/nice");
-    let mut cmd = if nice.is_file() {
-        let mut c = Command::new(nice);
-        c.args(["-n", "19", bin]);
-        c
-    } else {
-        Command::new(bin)
-    };
-    cmd.args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the binary runs")
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -160,10 +140,7 @@ struct Node {
 }
 
 fn model_nodes(dir: &Path) -> Vec<Node> {
-    let out = collage(
-        dir,
-        &["parse".into(), "--json".into(), "model.relay".into()],
-    );
+    let out = collage_in(dir, ["parse", "--json", "model.relay"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     v["nodes"]
@@ -236,7 +213,7 @@ impl Ctx<'_> {
         let ctx = format!("{} / {}", self.scenario, run.name);
         let out_file = self.out_path(run, "a");
         let _ = std::fs::remove_file(&out_file);
-        let out = collage(self.dir, &self.base_args(run, &out_file));
+        let out = collage_in(self.dir, self.base_args(run, &out_file));
         let stderr = text(&out.stderr);
         assert!(!stderr.contains("panicked"), "{ctx}: panic\n{stderr}");
         assert_eq!(
@@ -255,7 +232,7 @@ impl Ctx<'_> {
             assert!(out.stdout.is_empty(), "{ctx}: stdout on failure");
             assert!(!out_file.exists(), "{ctx}: program written on failure");
             // Failures are deterministic too.
-            let again = collage(self.dir, &self.base_args(run, &out_file));
+            let again = collage_in(self.dir, self.base_args(run, &out_file));
             assert_eq!(
                 text(&again.stderr),
                 stderr,
@@ -343,10 +320,7 @@ impl Ctx<'_> {
 
         // The partitioned program.
         let program = std::fs::read_to_string(&out_file).expect("the program was written");
-        let parsed = collage(
-            self.dir,
-            &["parse".into(), out_file.to_string_lossy().into()],
-        );
+        let parsed = collage_in(self.dir, ["parse".as_ref(), out_file.as_os_str()]);
         assert_eq!(
             parsed.status.code(),
             Some(0),
@@ -408,7 +382,7 @@ impl Ctx<'_> {
 
         // Determinism.
         let out_b = self.out_path(run, "b");
-        let again = collage(self.dir, &self.base_args(run, &out_b));
+        let again = collage_in(self.dir, self.base_args(run, &out_b));
         assert_eq!(again.status.code(), Some(0), "{ctx}: second run");
         assert_eq!(
             untimed(&again.stdout),
@@ -423,7 +397,7 @@ impl Ctx<'_> {
         if !args.iter().any(|a| a == "--dijkstra") {
             args.push("--dijkstra".into());
         }
-        let dj = collage(self.dir, &args);
+        let dj = collage_in(self.dir, &args);
         assert_eq!(dj.status.code(), Some(0), "{ctx}: --dijkstra");
         let dj_total = untimed(&dj.stdout)["functions"][0]["total_cost"].as_f64();
         assert_eq!(
@@ -445,7 +419,7 @@ impl Ctx<'_> {
         let out_file = self.out_path(run, "x");
         let mut args = self.base_args(run, &out_file);
         args.extend(["--explain".to_string(), binding.to_string()]);
-        let out = collage(self.dir, &args);
+        let out = collage_in(self.dir, &args);
         assert_eq!(out.status.code(), Some(0), "{ctx}\n{}", text(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         let e = &v["explain"][0];
@@ -481,7 +455,7 @@ impl Ctx<'_> {
         let mut args = self.base_args(run, &out_file);
         args.retain(|a| a != "--format" && a != "json");
         args.extend(["--explain".to_string(), binding.to_string()]);
-        let out = collage(self.dir, &args);
+        let out = collage_in(self.dir, &args);
         assert_eq!(out.status.code(), Some(0), "{ctx}");
         let table = text(&out.stdout);
         let line = table

@@ -3,7 +3,31 @@
 use collage::diag::Diagnostics;
 use collage::ir::Module;
 use collage::source::{FileId, SourceMap};
+use std::ffi::OsStr;
 use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs the `collage` binary in `dir`.
+pub fn collage_in<I, S>(dir: &Path, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_collage"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs the `collage` binary at the repository root.
+pub fn collage<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    collage_in(root(), args)
+}
 
 /// The repository root.
 pub fn root() -> &'static Path {

@@ -72,7 +72,7 @@ pub fn candidates_command(
 }
 
 /// How a node is named in listings: its `%name` in the source, else `#index`.
-fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
+pub(super) fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
     g.graph
         .binding(m, crate::dataflow::NodeIdx(i as u32))
         .unwrap_or_else(|| format!("#{i}"))

@@ -1,7 +1,7 @@
 //! `collage partition`: the whole pipeline, its report (table or JSON), the partitioned
 //! program, a DOT picture and explanations.
 
-use super::candidates::load_rules;
+use super::candidates::{load_rules, node_name};
 use super::{load_model, Outcome};
 use crate::cost::{self, Cost};
 use crate::dataflow::NodeIdx;
@@ -367,13 +367,6 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), Outcome> {
     })
 }
 
-/// `%name` or `#index` of a node.
-fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
-    g.graph
-        .binding(m, NodeIdx(i as u32))
-        .unwrap_or_else(|| format!("#{i}"))
-}
-
 /// The operator calls of a partition: (node, operator name).
 fn op_nodes<'a>(
     m: &'a Module,
@@ -662,6 +655,13 @@ fn explain(
         covering.len(),
         fmt_cost(plan.total)
     );
+    let alternatives: Vec<usize> = covering
+        .iter()
+        .take(EXPLAIN_ALTERNATIVES)
+        .copied()
+        .filter(|&k| Some(k) != chosen)
+        .collect();
+    let best_alternative = partition::best_with(g, plan, &alternatives, opts);
     let mut rows = Vec::new();
     for (n, &k) in covering.iter().enumerate() {
         let c = &plan.candidates[k];
@@ -669,7 +669,10 @@ fn explain(
         let best = if is_chosen {
             Some(plan.total)
         } else if n < EXPLAIN_ALTERNATIVES {
-            partition::best_with(g, plan, k, opts)
+            alternatives
+                .iter()
+                .position(|&a| a == k)
+                .and_then(|p| best_alternative[p])
         } else {
             None
         };

@@ -583,23 +583,35 @@ fn compute_baselines(
     out
 }
 
-/// The best total cost, within the search space, of a cover that uses candidate `k` (for
-/// `--explain`). A greedy region is used only by its target's greedy placement.
-pub fn best_with(g: &DataflowGraph<'_>, plan: &Plan, k: usize, opts: &Options) -> Option<f64> {
-    if k >= plan.enumerated {
-        return plan
-            .greedy
-            .iter()
-            .find(|(_, regions, _)| regions.contains(&k))
-            .and_then(|(_, _, total)| *total);
-    }
-    let forced = &plan.candidates[k].sub_graph.inside;
+/// For each candidate of `ks`, in order, the best total cost within the search space of a cover
+/// that uses it (for `--explain`); the search items are built once for all of them. A greedy
+/// region is used only by its target's greedy placement.
+pub fn best_with(
+    g: &DataflowGraph<'_>,
+    plan: &Plan,
+    ks: &[usize],
+    opts: &Options,
+) -> Vec<Option<f64>> {
     let items = plan.items();
-    let keep = |j: usize| {
-        j == k || (j < plan.enumerated && !plan.candidates[j].sub_graph.inside.intersects(forced))
-    };
     let acyclic = Acyclic::new(g, &plan.candidates);
-    restricted(g.len(), &items, &keep, &acyclic, opts)
+    ks.iter()
+        .map(|&k| {
+            if k >= plan.enumerated {
+                return plan
+                    .greedy
+                    .iter()
+                    .find(|(_, regions, _)| regions.contains(&k))
+                    .and_then(|(_, _, total)| *total);
+            }
+            let forced = &plan.candidates[k].sub_graph.inside;
+            let keep = |j: usize| {
+                j == k
+                    || (j < plan.enumerated
+                        && !plan.candidates[j].sub_graph.inside.intersects(forced))
+            };
+            restricted(g.len(), &items, &keep, &acyclic, opts)
+        })
+        .collect()
 }
 
 /// Rewrites the module's `@main` with the plan's partitions in TVM's encoding and checks that

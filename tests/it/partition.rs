@@ -640,3 +640,46 @@ fn table_costs_by_fingerprint_with_fallback() {
         }
     }
 }
+
+/// `--dot` writes one cluster per partition, labelled with its name, target and cost, and an
+/// edge per dataflow edge between shown nodes; without a terminal nothing but diagnostics goes
+/// to stderr (no progress bar).
+#[test]
+fn dot_picture_has_a_cluster_per_partition() {
+    let dir = std::env::temp_dir().join(format!("collage-dot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dot = dir.join("mnist.dot");
+    let json = collage([
+        "partition".as_ref(),
+        "tests/models/mnist.relay".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        "--dot".as_ref(),
+        dot.as_os_str(),
+    ]);
+    assert_eq!(json.status.code(), Some(0));
+    assert!(
+        json.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let parts = report["functions"][0]["partitions"].as_array().unwrap();
+    let text = std::fs::read_to_string(&dot).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(text.starts_with("digraph partitioning {"), "{text}");
+    assert_eq!(
+        text.matches("subgraph cluster_").count(),
+        parts.len(),
+        "{text}"
+    );
+    for p in parts {
+        let label = format!(
+            "label=\"{} [{}]",
+            p["name"].as_str().unwrap(),
+            p["target"].as_str().unwrap()
+        );
+        assert!(text.contains(&label), "{label} missing:\n{text}");
+    }
+    assert!(text.contains(" -> "), "{text}");
+}

@@ -77,6 +77,19 @@ impl DevicePlan {
     }
 }
 
+/// Whether the model says anything about devices: `on_device` or `device_copy` calls, or
+/// devices on parameters, let-bound variables or function results.
+pub fn has_annotations(m: &Module) -> bool {
+    m.exprs.iter().any(|e| match e {
+        Expr::Call {
+            callee: Callee::Op(op),
+            ..
+        } => matches!(registry().get(*op).name, "on_device" | "device_copy"),
+        _ => false,
+    }) || m.vars.iter().any(|v| !v.device.is_unconstrained())
+        || m.funcs.iter().any(|f| !f.result_device.is_unconstrained())
+}
+
 /// Plans the devices of every planned function of `module`. Open devices are defaulted from
 /// `default` (pass [`VirtualDevice::unconstrained`] to leave unconstrained whatever no
 /// annotation constrains). Functions with a `Primitive=1`, `Compiler=` or `Extern=` attribute are

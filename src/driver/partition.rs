@@ -104,7 +104,7 @@ pub fn partition_command(req: &Request) -> Outcome {
     }
     // Models with device annotations are planned first (with nothing defaulted), and the
     // planned module, with its copies, is what gets partitioned.
-    let (m, devices) = if has_device_annotations(&m) {
+    let (m, devices) = if crate::devices::has_annotations(&m) {
         match crate::devices::plan_devices(&m, &crate::ir::VirtualDevice::unconstrained()) {
             Ok(plan) => {
                 let mut planned = plan.module;
@@ -226,23 +226,6 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     }
     Outcome::Ok
-}
-
-/// Whether the model says anything about devices: `on_device` or `device_copy` calls, or
-/// devices on parameters, let-bound variables or function results.
-fn has_device_annotations(m: &Module) -> bool {
-    use crate::ir::{Callee, Expr};
-    m.exprs.iter().any(|e| match e {
-        Expr::Call {
-            callee: Callee::Op(op),
-            ..
-        } => matches!(
-            crate::ops::registry().get(*op).name,
-            "on_device" | "device_copy"
-        ),
-        _ => false,
-    }) || m.vars.iter().any(|v| !v.device.is_unconstrained())
-        || m.funcs.iter().any(|f| !f.result_device.is_unconstrained())
 }
 
 /// Keeps the named targets (and every host target).

@@ -492,6 +492,7 @@ fn two_device_model_partitions_on_both_devices() {
     let m = load_ok(&path);
     let plan = collage::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
         .unwrap_or_else(|_| panic!("plans"));
+    assert!(collage::devices::has_annotations(&m));
     let mut planned = plan.module.clone();
     collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
     let g = DataflowGraph::new(&planned, planned.main().unwrap());

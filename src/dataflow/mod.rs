@@ -132,18 +132,7 @@ impl Graph {
         match self.nodes[i.index()].what {
             NodeRef::Op(_) => "Op",
             NodeRef::Func(_) => "Function",
-            NodeRef::Expr(e) => match m.expr(e) {
-                Expr::Var(_) => "Var",
-                Expr::Global(_) => "GlobalVar",
-                Expr::Const(_) => "Constant",
-                Expr::Call { .. } => "Call",
-                Expr::Tuple(_) => "Tuple",
-                Expr::Proj { .. } => "TupleGetItem",
-                Expr::Let { .. } => "Let",
-                Expr::If { .. } => "If",
-                Expr::Func(_) => "Function",
-                Expr::Op(_) => "Op",
-            },
+            NodeRef::Expr(e) => m.expr(e).kind_name(),
         }
     }
 

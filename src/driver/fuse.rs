@@ -160,18 +160,7 @@ pub fn fuse_json(
                 .nodes
                 .iter()
                 .map(|&e| {
-                    let kind = match m.expr(e) {
-                        Expr::Var(_) => "Var",
-                        Expr::Const(_) => "Constant",
-                        Expr::Call { .. } => "Call",
-                        Expr::Tuple(_) => "Tuple",
-                        Expr::Proj { .. } => "TupleGetItem",
-                        Expr::Let { .. } => "Let",
-                        Expr::If { .. } => "If",
-                        Expr::Func(_) => "Function",
-                        Expr::Global(_) => "GlobalVar",
-                        Expr::Op(_) => "Op",
-                    };
+                    let kind = m.expr(e).kind_name();
                     let op = m.is_op_call(e).then(|| fuse_node_desc(m, e));
                     let binding = match m.expr(e) {
                         Expr::Var(v) => Some(format!("%{}", m.var(*v).name)),

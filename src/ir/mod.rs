@@ -271,6 +271,24 @@ pub struct Module {
     pub use_spans: std::collections::HashMap<(ExprId, u32), Span>,
 }
 
+impl Expr {
+    /// TVM's class name of the expression (`Call`, `Var`, `Constant`, `TupleGetItem`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Expr::Var(_) => "Var",
+            Expr::Global(_) => "GlobalVar",
+            Expr::Const(_) => "Constant",
+            Expr::Call { .. } => "Call",
+            Expr::Tuple(_) => "Tuple",
+            Expr::Proj { .. } => "TupleGetItem",
+            Expr::Let { .. } => "Let",
+            Expr::If { .. } => "If",
+            Expr::Func(_) => "Function",
+            Expr::Op(_) => "Op",
+        }
+    }
+}
+
 impl Module {
     /// An empty module.
     pub fn new() -> Module {

@@ -101,6 +101,9 @@ enum Command {
         /// (TVM's heuristic: faster on huge models, but no longer exact).
         #[arg(long)]
         prune: bool,
+        /// Print the wall time of each phase on stderr.
+        #[arg(long)]
+        timings: bool,
     },
     /// Plan the virtual device of every expression and print the planned module.
     PlanDevices {
@@ -253,6 +256,7 @@ fn run(cli: Cli) -> Outcome {
             no_baselines,
             dijkstra,
             prune,
+            timings,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
                 eprintln!("error: `--cost-timeout` must be a positive number of seconds");
@@ -278,6 +282,7 @@ fn run(cli: Cli) -> Outcome {
                 baselines: !no_baselines,
                 lower_bound: !dijkstra,
                 prune,
+                timings,
             };
             driver::partition::partition_command(&req)
         }

@@ -4,8 +4,13 @@
 //! at the first index where two sets differ, the set that contains it is the smaller one (so a
 //! superset sorts before the sets it shares a prefix with).
 
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::fmt;
+
+/// The stored words of a set: one word is kept inline (most boundary sets and many inside sets
+/// fit in one), more on the heap.
+type Words = SmallVec<[(u32, u64); 1]>;
 
 /// A set of indices in `0..len`.
 ///
@@ -17,7 +22,7 @@ use std::fmt;
 pub struct IndexSet {
     len: u32,
     /// The non-zero words, `(word index, word)`, by increasing word index.
-    words: Vec<(u32, u64)>,
+    words: Words,
 }
 
 impl PartialEq for IndexSet {
@@ -40,8 +45,8 @@ impl std::hash::Hash for IndexSet {
 
 /// Merges two sorted word lists with `f` on the words at each index (zero where a side has
 /// none), keeping the non-zero results.
-fn merge(a: &[(u32, u64)], b: &[(u32, u64)], f: impl Fn(u64, u64) -> u64) -> Vec<(u32, u64)> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
+fn merge(a: &[(u32, u64)], b: &[(u32, u64)], f: impl Fn(u64, u64) -> u64) -> Words {
+    let mut out = Words::with_capacity(a.len() + b.len());
     let (mut x, mut y) = (0, 0);
     while x < a.len() || y < b.len() {
         let ia = a.get(x).map_or(u32::MAX, |p| p.0);
@@ -72,7 +77,7 @@ impl IndexSet {
     pub fn new(len: usize) -> IndexSet {
         IndexSet {
             len: len as u32,
-            words: Vec::new(),
+            words: Words::new(),
         }
     }
 
@@ -88,7 +93,7 @@ impl IndexSet {
     /// The set of the given indices, in any order (all must be `< len`; out-of-range ones are
     /// ignored), allocated once.
     pub fn from_slice(len: usize, indices: &[usize]) -> IndexSet {
-        let mut words: Vec<(u32, u64)> = Vec::with_capacity(indices.len());
+        let mut words = Words::with_capacity(indices.len());
         for &i in indices {
             if i < len {
                 words.push(((i / 64) as u32, 1 << (i % 64)));
@@ -125,7 +130,7 @@ impl IndexSet {
                 n
             }
         };
-        let mut words: Vec<(u32, u64)> = Vec::with_capacity(n);
+        let mut words = Words::with_capacity(n);
         for &i in indices {
             let (k, bit) = ((i / 64) as u32, 1u64 << (i % 64));
             match words.last_mut() {

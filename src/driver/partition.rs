@@ -53,11 +53,15 @@ pub struct Request {
     pub lower_bound: bool,
     /// Prune candidates before searching.
     pub prune: bool,
+    /// Print the wall time of each phase on stderr.
+    pub timings: bool,
 }
 
 /// Runs `collage partition`.
 pub fn partition_command(req: &Request) -> Outcome {
     let start = Instant::now();
+    let bar = Bar::new(req.timings);
+    bar.phase("loading", 0);
     let mut sources = SourceMap::new();
     let program = match load_rules(&mut sources, &req.rules) {
         Ok(p) => p,
@@ -134,7 +138,6 @@ pub fn partition_command(req: &Request) -> Outcome {
         baselines: req.baselines,
         prune: req.prune,
     };
-    let bar = Bar::new();
     let plan = match partition::partition_on_devices(
         &g,
         &program,
@@ -181,6 +184,9 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     };
     let mut explained = Vec::new();
+    if !req.explain.is_empty() {
+        bar.phase("explaining", 0);
+    }
     for b in &req.explain {
         match explain(&m, &g, &program, &plan, &popts, b) {
             Some(e) => explained.push(e),
@@ -194,7 +200,7 @@ pub fn partition_command(req: &Request) -> Outcome {
             }
         }
     }
-    bar.finish();
+    bar.phase("writing", 0);
     let elapsed = start.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &req.output {
         if let Err(o) = write_atomically(path, &text) {
@@ -758,14 +764,20 @@ pub fn dot(m: &Module, g: &DataflowGraph<'_>, program: &Program, plan: &Plan) ->
     out
 }
 
-/// A progress bar on stderr, shown only when stderr is a terminal.
-struct Bar(Option<indicatif::ProgressBar>);
+/// A progress bar on stderr, shown only when stderr is a terminal; with `--timings`, the wall
+/// time of each phase on stderr as well.
+struct Bar {
+    bar: Option<indicatif::ProgressBar>,
+    /// With `--timings`: the current phase and when it began.
+    timing: Option<std::cell::RefCell<Option<(String, Instant)>>>,
+}
 
 impl Bar {
-    fn new() -> Bar {
+    fn new(timings: bool) -> Bar {
         use std::io::IsTerminal;
+        let timing = timings.then(Default::default);
         if !std::io::stderr().is_terminal() {
-            return Bar(None);
+            return Bar { bar: None, timing };
         }
         let b = indicatif::ProgressBar::new(0);
         if let Ok(style) =
@@ -773,19 +785,50 @@ impl Bar {
         {
             b.set_style(style);
         }
-        Bar(Some(b))
+        Bar {
+            bar: Some(b),
+            timing,
+        }
     }
 
+    /// Ends the current phase: prints its time (with `--timings`) and starts `next`, if any.
+    fn end_phase(&self, next: Option<&str>) {
+        let Some(cell) = &self.timing else {
+            return;
+        };
+        let mut current = cell.borrow_mut();
+        if let Some((name, began)) = current.take() {
+            let line = format!(
+                "timing: {name:<24} {:>9.1} ms",
+                began.elapsed().as_secs_f64() * 1e3
+            );
+            match &self.bar {
+                Some(b) => b.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
+        *current = next.map(|n| (n.to_string(), Instant::now()));
+    }
+
+    /// Clears the bar (before diagnostics or at the end) and ends the current phase.
     fn finish(&self) {
-        if let Some(b) = &self.0 {
+        self.end_phase(None);
+        if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
     }
 }
 
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 impl partition::Progress for Bar {
     fn phase(&self, name: &str, total: usize) {
-        if let Some(b) = &self.0 {
+        self.end_phase(Some(name));
+        if let Some(b) = &self.bar {
             b.set_message(name.to_string());
             b.set_length(total as u64);
             b.set_position(0);
@@ -793,7 +836,7 @@ impl partition::Progress for Bar {
     }
 
     fn step(&self, done: usize) {
-        if let Some(b) = &self.0 {
+        if let Some(b) = &self.bar {
             b.set_position(done as u64);
         }
     }

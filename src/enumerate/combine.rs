@@ -13,23 +13,33 @@ use crate::ir::Expr;
 use crate::ops::OpPattern;
 use crate::ruletree::Combiner;
 use rustc_hash::FxHashSet as HashSet;
+use std::borrow::Cow;
 
 /// Grows `base` with `combiners` to a fixed point; returns the originals followed by every union
-/// in the order found.
+/// in the order found, those that `keep` accepts.
+///
+/// Most unions are only stepping stones to others (they have several exits, say, and `keep` is
+/// a validity test): the label and rule name of a union of two plain sub-graphs are built only
+/// if it is kept, from the pair that made it (`origin`).
 pub(super) fn combine(
     cx: &Eval<'_, '_>,
     base: Vec<Candidate>,
     combiners: &[Combiner],
     max_depth: u32,
+    keep: &dyn Fn(&SubGraph) -> bool,
 ) -> Vec<Candidate> {
     let g = cx.g;
     let mut all: Vec<Candidate> = Vec::new();
+    // Per candidate: the pair it is the union of, when its label and rule name are deferred
+    // (both are empty until then).
+    let mut origin: Vec<Option<(u32, u32)>> = Vec::new();
     // Every sub-graph seen so far, kept or rejected as too deep: checked before a union is
     // built, since most unions are reached from several pairs; this is also the de-duplication.
     let mut seen = Seen::new(g.len());
     for c in base {
         if seen.insert(&c.sub_graph) {
             all.push(c);
+            origin.push(None);
         }
     }
     // Which candidates have each node as an entry, an exit or an output (kept up to date).
@@ -89,11 +99,11 @@ pub(super) fn combine(
     let mut query: u32 = 0;
     let mut first_new = 0;
     loop {
-        let mut added: Vec<Candidate> = Vec::new();
+        let mut added: Vec<(Candidate, Option<(u32, u32)>)> = Vec::new();
         // Adds a union unless it is too deep or already known.
-        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Vec<Candidate>| {
+        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Vec<_>| {
             if sg.depth <= max_depth && seen.insert(&sg) {
-                added.push(cx.candidate(sg, name));
+                added.push((cx.candidate(sg, name), None));
             }
         };
         for comb in combiners {
@@ -101,67 +111,70 @@ pub(super) fn combine(
                 Combiner::ByKind(rules) => {
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
-                    let mut try_pair =
-                        |insides: &Insides, ui: usize, di: usize, added: &mut Vec<Candidate>| {
-                            if ui == di {
-                                return;
+                    let mut try_pair = |insides: &Insides,
+                                        ui: usize,
+                                        di: usize,
+                                        added: &mut Vec<_>| {
+                        if ui == di {
+                            return;
+                        }
+                        let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
+                        let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
+                        if !fires {
+                            return;
+                        }
+                        if plain_u
+                            && plain_d
+                            && seen.knows_plain_union(
+                                insides.get(ui),
+                                insides.get(di),
+                                fps[ui].wrapping_add(fps[di]),
+                            )
+                        {
+                            return;
+                        }
+                        let (up, down) = (&all[ui], &all[di]);
+                        // Partners are gathered only if they do not overlap the other side.
+                        debug_assert!(up.sub_graph.inside.is_disjoint(&down.sub_graph.inside));
+                        if (!(plain_u && plain_d)
+                            && seen.knows_union(&up.sub_graph, fps[ui], &down.sub_graph, fps[di]))
+                            || !up.sub_graph.touches(g, &down.sub_graph)
+                        {
+                            return;
+                        }
+                        let (a, b) = (&up.sub_graph, &down.sub_graph);
+                        if a.nested.is_empty() && b.nested.is_empty() {
+                            // Labelled at the end, if kept.
+                            let u = SubGraph::with(
+                                g,
+                                a.inside.union(&b.inside),
+                                a.kind.max(b.kind),
+                                String::new(),
+                                Vec::new(),
+                            );
+                            // A union too deep now is too deep from every other pair too.
+                            if seen.insert(&u) && u.depth <= max_depth {
+                                added.push((
+                                    cx.candidate(u, String::new()),
+                                    Some((ui as u32, di as u32)),
+                                ));
                             }
-                            let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
-                            let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
-                            if !fires {
-                                return;
-                            }
-                            if plain_u
-                                && plain_d
-                                && seen.knows_plain_union(
-                                    insides.get(ui),
-                                    insides.get(di),
-                                    fps[ui].wrapping_add(fps[di]),
-                                )
-                            {
-                                return;
-                            }
-                            let (up, down) = (&all[ui], &all[di]);
-                            // Partners are gathered only if they do not overlap the other side.
-                            debug_assert!(up.sub_graph.inside.is_disjoint(&down.sub_graph.inside));
-                            if (!(plain_u && plain_d)
-                                && seen.knows_union(
-                                    &up.sub_graph,
-                                    fps[ui],
-                                    &down.sub_graph,
-                                    fps[di],
-                                ))
-                                || !up.sub_graph.touches(g, &down.sub_graph)
-                            {
-                                return;
-                            }
-                            let (a, b) = (&up.sub_graph, &down.sub_graph);
-                            if a.nested.is_empty() && b.nested.is_empty() {
-                                // The union is labelled only if it is kept.
-                                let mut u = SubGraph::with(
-                                    g,
-                                    a.inside.union(&b.inside),
-                                    a.kind.max(b.kind),
-                                    String::new(),
-                                    Vec::new(),
-                                );
-                                // A union too deep now is too deep from every other pair too.
+                        } else {
+                            let up = resolved(&all, &origin, ui);
+                            let down = resolved(&all, &origin, di);
+                            if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
                                 if seen.insert(&u) && u.depth <= max_depth {
-                                    u.label = union_labels(&a.label, &b.label);
-                                    added.push(cx.candidate(
-                                        u,
-                                        union_labels(&up.rule_name, &down.rule_name),
+                                    added.push((
+                                        cx.candidate(
+                                            u,
+                                            union_labels(&up.rule_name, &down.rule_name),
+                                        ),
+                                        None,
                                     ));
                                 }
-                            } else if let Some(u) = a.disjoint_union(g, b) {
-                                if seen.insert(&u) && u.depth <= max_depth {
-                                    added.push(cx.candidate(
-                                        u,
-                                        union_labels(&up.rule_name, &down.rule_name),
-                                    ));
-                                }
                             }
-                        };
+                        }
+                    };
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
                     // The largest downstream kind each upstream kind may join, and vice versa.
@@ -245,7 +258,10 @@ pub(super) fn combine(
                 }
                 Combiner::TupleArg => tuple_arg(
                     cx,
-                    &all,
+                    Named {
+                        all: &all,
+                        origin: &origin,
+                    },
                     &tuple_consumers,
                     &by_exit,
                     first_new,
@@ -273,6 +289,7 @@ pub(super) fn combine(
                                 "proj".into(),
                                 Vec::new(),
                             );
+                            let c = resolved(&all, &origin, ci);
                             if let Some(u) = c.sub_graph.disjoint_union(g, &proj) {
                                 push(&mut seen, u, c.rule_name.clone(), &mut added);
                             }
@@ -280,7 +297,7 @@ pub(super) fn combine(
                     }
                 }
                 Combiner::Constant => {
-                    for c in &all[first_new..] {
+                    for (ci, c) in all.iter().enumerate().skip(first_new) {
                         let consts: Vec<usize> = c
                             .sub_graph
                             .input
@@ -300,6 +317,7 @@ pub(super) fn combine(
                             "const".into(),
                             Vec::new(),
                         );
+                        let c = resolved(&all, &origin, ci);
                         if let Some(u) = c.sub_graph.disjoint_union(g, &k) {
                             push(&mut seen, u, c.rule_name.clone(), &mut added);
                         }
@@ -311,7 +329,7 @@ pub(super) fn combine(
             break;
         }
         first_new = all.len();
-        for c in added {
+        for (c, from) in added {
             let ci = all.len();
             index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
             if consumes_tuple(&c) {
@@ -322,9 +340,94 @@ pub(super) fn combine(
             kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
             mark.push(0);
             all.push(c);
+            origin.push(from);
         }
     }
-    all
+    let kept: Vec<bool> = all.iter().map(|c| keep(&c.sub_graph)).collect();
+    // Names of the kept deferred unions, built while every part is still there.
+    let mut names: Vec<(String, String)> = (0..all.len())
+        .filter(|&k| kept[k] && origin[k].is_some())
+        .map(|k| names_of(&all, &origin, k))
+        .collect();
+    names.reverse();
+    all.into_iter()
+        .zip(kept)
+        .zip(origin)
+        .filter(|((_, kept), _)| *kept)
+        .map(|((mut c, _), from)| {
+            if from.is_some() {
+                if let Some((label, name)) = names.pop() {
+                    c.sub_graph.label = label;
+                    c.rule_name = name;
+                }
+            }
+            c
+        })
+        .collect()
+}
+
+/// Candidate `k` with its label and rule name (built, if they were deferred).
+fn resolved<'a>(
+    all: &'a [Candidate],
+    origin: &[Option<(u32, u32)>],
+    k: usize,
+) -> Cow<'a, Candidate> {
+    if origin[k].is_none() {
+        return Cow::Borrowed(&all[k]);
+    }
+    let (label, rule_name) = names_of(all, origin, k);
+    let c = &all[k];
+    Cow::Owned(Candidate {
+        target: c.target,
+        sub_graph: SubGraph {
+            label,
+            ..c.sub_graph.clone()
+        },
+        rule_name,
+    })
+}
+
+/// The candidates with the pairs their deferred names come from.
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    all: &'a [Candidate],
+    origin: &'a [Option<(u32, u32)>],
+}
+
+impl<'a> Named<'a> {
+    /// Candidate `k` with its names.
+    fn get(&self, k: usize) -> Cow<'a, Candidate> {
+        resolved(self.all, self.origin, k)
+    }
+}
+
+/// The label and rule name of candidate `k`: for a union whose names were deferred, those of the
+/// parts it was made from, in order, joined as [`union_labels`] joins them (it skips empty
+/// sides, so joining the non-empty names of the original parts, left to right, is the same).
+fn names_of(all: &[Candidate], origin: &[Option<(u32, u32)>], k: usize) -> (String, String) {
+    fn join(acc: &mut String, part: &str) {
+        if !part.is_empty() {
+            if !acc.is_empty() {
+                acc.push('+');
+            }
+            acc.push_str(part);
+        }
+    }
+    let (mut label, mut name) = (String::new(), String::new());
+    let mut stack = vec![k];
+    while let Some(j) = stack.pop() {
+        match origin[j] {
+            Some((u, d)) => {
+                stack.push(d as usize);
+                stack.push(u as usize);
+            }
+            None => {
+                join(&mut label, &all[j].sub_graph.label);
+                join(&mut name, &all[j].rule_name);
+            }
+        }
+    }
+    (label, name)
 }
 
 /// Copies of inside sets, each as its non-zero words, in one array, and one more set loaded
@@ -587,7 +690,7 @@ fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
 /// already tried, so it is pruned as soon as no later field can bring a new member.
 fn tuple_arg(
     cx: &Eval<'_, '_>,
-    all: &[Candidate],
+    parts: Named<'_>,
     consumers: &[usize],
     by_exit: &[Vec<usize>],
     first_new: usize,
@@ -595,6 +698,7 @@ fn tuple_arg(
     seen: &mut Seen,
 ) {
     let g = cx.g;
+    let all = parts.all;
     let mut contain: Vec<u64> = Vec::new();
     let mut overlapping: Vec<u64> = Vec::new();
     for &ci in consumers {
@@ -703,22 +807,25 @@ fn tuple_arg(
                     continue;
                 }
                 let plain = members.iter().all(|&m| all[m].sub_graph.nested.is_empty());
+                if plain && seen.knows(&inside) {
+                    // Without nested parts the union is `inside`: nothing needs building if it
+                    // was seen already.
+                    continue;
+                }
+                let members: Vec<Cow<'_, Candidate>> =
+                    members.iter().map(|&m| parts.get(m)).collect();
+                let name = members
+                    .iter()
+                    .fold(String::new(), |acc, c| union_labels(&acc, &c.rule_name));
+                let consumer = &members[0];
                 if plain {
-                    // Without nested parts the union is `inside` with the parts' kinds and
-                    // labels: nothing needs building if it was seen already.
-                    if seen.knows(&inside) {
-                        continue;
-                    }
+                    // The union is `inside` with the parts' kinds and labels.
                     let mut kind = consumer.sub_graph.kind.max(OpPattern::Injective);
                     let mut label = union_labels(&consumer.sub_graph.label, "tuple");
-                    for &p in &members[1..] {
-                        kind = kind.max(all[p].sub_graph.kind);
-                        label = union_labels(&label, &all[p].sub_graph.label);
+                    for p in &members[1..] {
+                        kind = kind.max(p.sub_graph.kind);
+                        label = union_labels(&label, &p.sub_graph.label);
                     }
-                    let name = members
-                        .iter()
-                        .map(|&m| all[m].rule_name.as_str())
-                        .fold(String::new(), |acc, n| union_labels(&acc, n));
                     push(
                         seen,
                         SubGraph::with(g, inside, kind, label, Vec::new()),
@@ -739,8 +846,8 @@ fn tuple_arg(
                     None => continue,
                 };
                 let mut ok = true;
-                for &p in &members[1..] {
-                    match acc.disjoint_union(g, &all[p].sub_graph) {
+                for p in &members[1..] {
+                    match acc.disjoint_union(g, &p.sub_graph) {
                         Some(u) => acc = u,
                         None => {
                             ok = false;
@@ -751,10 +858,6 @@ fn tuple_arg(
                 if !ok {
                     continue;
                 }
-                let name = members
-                    .iter()
-                    .map(|&m| all[m].rule_name.as_str())
-                    .fold(String::new(), |acc, n| union_labels(&acc, n));
                 push(seen, acc, name);
             }
         }

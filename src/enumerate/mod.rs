@@ -22,7 +22,7 @@ pub use subgraph::SubGraph;
 
 use crate::dataflow::IndexSet;
 use crate::ir::{AttrValue, Callee, Expr};
-use crate::ruletree::{Program, Rule, SubGraphConfig, Target};
+use crate::ruletree::{Combiner, Program, Rule, SubGraphConfig, Target};
 use std::collections::HashSet;
 use subgraph::nest_labels;
 
@@ -236,6 +236,24 @@ impl Eval<'_, '_> {
         SubGraph::new(self.g, IndexSet::from_indices(self.g.len(), [i]))
     }
 
+    /// Evaluates `combine(sub, combiners)`, keeping the candidates `keep` accepts.
+    fn combine(
+        &self,
+        sub: &Rule,
+        combiners: &[Combiner],
+        max_depth: Option<u32>,
+        keep: &dyn Fn(&SubGraph) -> bool,
+    ) -> Vec<Candidate> {
+        let base = self.eval(sub);
+        combine::combine(
+            self,
+            base,
+            combiners,
+            max_depth.unwrap_or(self.default_depth),
+            keep,
+        )
+    }
+
     /// Evaluates a rule tree.
     pub fn eval(&self, rule: &Rule) -> Vec<Candidate> {
         let g = self.g;
@@ -333,24 +351,27 @@ impl Eval<'_, '_> {
                 sub,
                 combiners,
                 max_depth,
-            } => {
-                let base = self.eval(sub);
-                combine::combine(
-                    self,
-                    base,
-                    combiners,
-                    max_depth.unwrap_or(self.default_depth),
-                )
-            }
+            } => self.combine(sub, combiners, *max_depth, &|_| true),
             Rule::OnlyValid(sub, config) => {
                 let config = SubGraphConfig {
                     max_depth: Some(config.max_depth.unwrap_or(self.default_depth)),
                     ..*config
                 };
-                self.eval(sub)
-                    .into_iter()
-                    .filter(|c| c.sub_graph.is_valid(g, &config))
-                    .collect()
+                let valid = |sg: &SubGraph| sg.is_valid(g, &config);
+                match &**sub {
+                    // Only the valid unions are wanted: the combination builds names for those
+                    // alone.
+                    Rule::Combine {
+                        sub,
+                        combiners,
+                        max_depth,
+                    } => self.combine(sub, combiners, *max_depth, &valid),
+                    _ => self
+                        .eval(sub)
+                        .into_iter()
+                        .filter(|c| valid(&c.sub_graph))
+                        .collect(),
+                }
             }
         }
     }

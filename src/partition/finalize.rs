@@ -22,34 +22,36 @@ use crate::ruletree::Program;
 
 /// Coalesces the plan's chosen candidates into partitions, named, in node order.
 pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<super::Partition> {
-    let mut host: Option<super::Partition> = None;
+    // Host nodes form one partition, built once from all of them.
+    let mut host_inside = g.empty_set();
+    let mut host_cost = 0.0;
+    let mut host_parts: Vec<usize> = Vec::new();
+    let mut host_target = None;
     let mut parts: Vec<super::Partition> = Vec::new();
     for &k in &plan.chosen {
         let c = &plan.candidates[k];
-        let p = super::Partition {
-            target: c.target,
-            sub_graph: c.sub_graph.clone(),
-            cost: plan.cost_of(k),
-            parts: vec![k],
-            name: String::new(),
-        };
         if program.targets[c.target].is_host {
-            host = Some(match host {
-                None => p,
-                Some(h) => {
-                    let inside = h.sub_graph.inside.union(&p.sub_graph.inside);
-                    super::Partition {
-                        sub_graph: SubGraph::new(g, inside),
-                        cost: h.cost + p.cost,
-                        parts: [h.parts, p.parts].concat(),
-                        ..h
-                    }
-                }
-            });
+            host_target.get_or_insert(c.target);
+            host_inside.union_with(&c.sub_graph.inside);
+            host_cost += plan.cost_of(k);
+            host_parts.push(k);
         } else {
-            parts.push(p);
+            parts.push(super::Partition {
+                target: c.target,
+                sub_graph: c.sub_graph.clone(),
+                cost: plan.cost_of(k),
+                parts: vec![k],
+                name: String::new(),
+            });
         }
     }
+    let host = host_target.map(|target| super::Partition {
+        target,
+        sub_graph: SubGraph::new(g, host_inside),
+        cost: host_cost,
+        parts: host_parts,
+        name: "host".into(),
+    });
     // Coalesce touching BYOC partitions of one target.
     let byoc = |t: usize| program.targets[t].compiler.is_some();
     let merged = super::greedy::merge_touching_by(
@@ -74,12 +76,7 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
         .collect();
     parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
     name_partitions(g, program, &mut parts);
-    if let Some(h) = host {
-        parts.push(super::Partition {
-            name: "host".into(),
-            ..h
-        });
-    }
+    parts.extend(host);
     parts
 }
 

@@ -231,6 +231,7 @@ pub fn partition_on_devices(
         candidates.retain(|c| device_allows(g, program, devices, c));
     }
     let enumerated = candidates.len();
+    progress.phase("greedy regions", 0);
     let mut greedy_regions: Vec<(usize, Vec<usize>)> = Vec::new();
     for t in 0..program.targets.len() {
         if program.targets[t].compiler.is_none() {
@@ -358,6 +359,7 @@ pub fn partition_on_devices(
         baselines,
         stats,
     };
+    progress.phase("coalescing", 0);
     plan.partitions = finalize::coalesce(g, program, &plan);
     Ok(plan)
 }

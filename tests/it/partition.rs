@@ -684,3 +684,46 @@ fn dot_picture_has_a_cluster_per_partition() {
     }
     assert!(text.contains(" -> "), "{text}");
 }
+
+#[test]
+fn timings_name_every_phase_once_on_stderr() {
+    let out = collage([
+        "partition",
+        "tests/models/mnist.relay",
+        "--format",
+        "json",
+        "--timings",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    // The report on stdout is unchanged JSON.
+    let _: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let phases: Vec<&str> = err
+        .lines()
+        .map(|l| {
+            let rest = l.strip_prefix("timing: ").unwrap_or_else(|| panic!("{l}"));
+            let (name, ms) = rest.trim_end().rsplit_once(' ').unwrap();
+            assert_eq!(ms, "ms", "{l}");
+            let value = name.trim_end().rsplit_once(' ').unwrap().1;
+            assert!(value.parse::<f64>().unwrap() >= 0.0, "{l}");
+            name.trim_end().rsplit_once(' ').unwrap().0.trim_end()
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "loading",
+            "enumerating candidates",
+            "greedy regions",
+            "estimating costs",
+            "searching",
+            "baselines",
+            "coalescing",
+            "rewriting",
+            "writing"
+        ]
+    );
+    // Without the flag, nothing is printed on stderr.
+    let quiet = collage(["partition", "tests/models/mnist.relay", "--format", "json"]);
+    assert!(quiet.stderr.is_empty());
+}

@@ -7,6 +7,7 @@
 //! A [`fingerprint`] is the stable, printable form used by `table:` cost files: a 64-bit FNV-1a
 //! hash over the signature *texts*, so it does not depend on the interning order.
 
+use crate::enumerate::subgraph::FnAttrs;
 use crate::enumerate::{Candidate, DataflowGraph, SubGraph};
 use crate::ir::{Callee, Constant, Expr};
 use std::collections::HashMap;
@@ -21,7 +22,7 @@ pub struct Signatures {
     /// The interned id of each node's signature as an operand from outside a candidate.
     param: Vec<u32>,
     /// Interned attribute lists of nested functions.
-    attrs: HashMap<String, u32>,
+    attrs: rustc_hash::FxHashMap<FnAttrs, u32>,
 }
 
 const INSIDE: u32 = 1 << 31;
@@ -41,7 +42,7 @@ impl Signatures {
                 out.push(*intern.entry(s).or_insert(next));
             }
         }
-        let attrs = HashMap::new();
+        let attrs = Default::default();
         Signatures { id, param, attrs }
     }
 
@@ -107,9 +108,14 @@ impl Signatures {
         out.push(u32::MAX);
         out.push(sg.nested.len() as u32);
         for (sub, attrs) in &sg.nested {
-            let text = format!("{attrs:?}");
-            let next = self.attrs.len() as u32;
-            let a = *self.attrs.entry(text).or_insert(next);
+            let a = match self.attrs.get(attrs) {
+                Some(&a) => a,
+                None => {
+                    let next = self.attrs.len() as u32;
+                    self.attrs.insert(attrs.clone(), next);
+                    next
+                }
+            };
             out.push(a);
             for i in sub.inside.iter() {
                 if let Some(p) = local(i) {

@@ -81,18 +81,48 @@ pub fn merge_touching_by<T>(
     }
     let mut slots: Vec<Option<(SubGraph, T)>> = parts.into_iter().map(Some).collect();
     let forward = super::edges_go_forward(g);
-    let no_cycle = |slots: &[Option<(SubGraph, T)>], i: usize, j: usize, u: &SubGraph| {
+    // The largest last node of the slots starting at or before each node, to bound the cycle
+    // test (see `returns_to_among`).
+    let mut starts = PrefixMax::new(g.len());
+    for (p, _) in slots.iter().flatten() {
+        if let (Some(a), Some(b)) = (p.inside.first(), p.inside.last()) {
+            starts.set(a, b);
+        }
+    }
+    let mut reach = super::Reach::default();
+    let mut no_cycle = |slots: &[Option<(SubGraph, T)>],
+                        owner: &[usize],
+                        starts: &PrefixMax,
+                        i,
+                        j,
+                        u: &SubGraph| {
         if u.exit.count() < 2 {
             return true;
         }
-        let mut sets: Vec<&crate::dataflow::IndexSet> = slots
-            .iter()
-            .enumerate()
-            .filter(|&(k, _)| k != i && k != j)
-            .filter_map(|(_, s)| s.as_ref().map(|(p, _)| &p.inside))
-            .collect();
-        sets.push(&u.inside);
-        !super::returns_to(g, &sets, sets.len() - 1, forward)
+        let Some(mut bound) = u.inside.last() else {
+            return true;
+        };
+        if forward {
+            // The first node at or after `u`'s last that no slot straddles.
+            loop {
+                match starts.prefix(bound) {
+                    Some(b) if b > bound => bound = b,
+                    _ => break,
+                }
+            }
+        } else {
+            bound = usize::MAX;
+        }
+        !super::returns_to_among(
+            g,
+            owner,
+            slots.len(),
+            &|k| slots[k].as_ref().map(|(p, _)| &p.inside),
+            &u.inside,
+            &[i, j],
+            bound,
+            &mut reach,
+        )
     };
     let mut changed = true;
     while changed {
@@ -114,17 +144,24 @@ pub fn merge_touching_by<T>(
                     if !can_merge(ta, tb) || !(a.touches(g, b) || b.touches(g, a)) {
                         continue;
                     }
-                    if let Some(u) = a
-                        .disjoint_union(g, b)
-                        .filter(|u| u.is_valid(g, &MERGED) && no_cycle(&slots, i, j, u))
-                    {
+                    if let Some(u) = a.disjoint_union(g, b).filter(|u| {
+                        u.is_valid(g, &MERGED) && no_cycle(&slots, &owner, &starts, i, j, u)
+                    }) {
                         merged = Some((j, u));
                         break;
                     }
                 }
                 let Some((j, u)) = merged else { break };
                 let (b, tb) = slots[j].take().expect("neighbour present");
-                let (_, ta) = slots[i].take().expect("part present");
+                let (a, ta) = slots[i].take().expect("part present");
+                for p in [&a, &b] {
+                    if let Some(f) = p.inside.first() {
+                        starts.clear(f);
+                    }
+                }
+                if let (Some(f), Some(l)) = (u.inside.first(), u.inside.last()) {
+                    starts.set(f, l);
+                }
                 for n in b.inside.iter() {
                     owner[n] = i;
                 }
@@ -136,4 +173,91 @@ pub fn merge_touching_by<T>(
     let mut out: Vec<(SubGraph, T)> = slots.into_iter().flatten().collect();
     out.sort_by(|a, b| a.0.order(&b.0));
     out
+}
+
+/// The largest value set at or before a position, with positions set and cleared one at a time
+/// (a segment tree over the positions).
+struct PrefixMax {
+    size: usize,
+    /// Leaves at `size..2 * size`, each inner node the largest of its two children; `None` for
+    /// nothing set.
+    tree: Vec<Option<usize>>,
+}
+
+impl PrefixMax {
+    fn new(positions: usize) -> PrefixMax {
+        let size = positions.max(1);
+        PrefixMax {
+            size,
+            tree: vec![None; 2 * size],
+        }
+    }
+
+    fn update(&mut self, pos: usize, value: Option<usize>) {
+        let mut p = pos + self.size;
+        self.tree[p] = value;
+        while p > 1 {
+            p /= 2;
+            self.tree[p] = self.tree[2 * p].max(self.tree[2 * p + 1]);
+        }
+    }
+
+    fn set(&mut self, pos: usize, value: usize) {
+        self.update(pos, Some(value));
+    }
+
+    fn clear(&mut self, pos: usize) {
+        self.update(pos, None);
+    }
+
+    /// The largest value set at positions `0..=pos`.
+    fn prefix(&self, pos: usize) -> Option<usize> {
+        let (mut l, mut r) = (self.size, (pos + 1).min(self.size) + self.size);
+        let mut best = None;
+        while l < r {
+            if l % 2 == 1 {
+                best = best.max(self.tree[l]);
+                l += 1;
+            }
+            if r % 2 == 1 {
+                r -= 1;
+                best = best.max(self.tree[r]);
+            }
+            l /= 2;
+            r /= 2;
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PrefixMax;
+
+    #[test]
+    fn prefix_max_matches_a_scan() {
+        for size in [1, 2, 3, 7, 64, 100] {
+            let mut tree = PrefixMax::new(size);
+            let mut plain: Vec<Option<usize>> = vec![None; size];
+            let mut x: u64 = 12345 + size as u64;
+            for _ in 0..500 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let pos = (x >> 33) as usize % size;
+                let value = (x >> 13) as usize % 1000;
+                if x.is_multiple_of(3) {
+                    tree.clear(pos);
+                    plain[pos] = None;
+                } else {
+                    tree.set(pos, value);
+                    plain[pos] = Some(value);
+                }
+                for q in 0..size + 2 {
+                    let expected = plain[..(q + 1).min(size)].iter().flatten().max().copied();
+                    assert_eq!(tree.prefix(q), expected, "size {size}, prefix {q}");
+                }
+            }
+        }
+    }
 }

@@ -238,17 +238,24 @@ pub fn partition_on_devices(
             continue;
         }
         let regions = greedy::regions(g, &candidates, t);
-        let existing: std::collections::HashMap<&SubGraph, usize> = candidates
+        // The candidate equal to each region, if any (a target's candidates are distinct).
+        let by_inside: rustc_hash::FxHashMap<&IndexSet, usize> = regions
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.target == t)
-            .map(|(k, c)| (&c.sub_graph, k))
+            .map(|(r, c)| (&c.sub_graph.inside, r))
             .collect();
-        let found: Vec<Option<usize>> = regions
-            .iter()
-            .map(|r| existing.get(&r.sub_graph).copied())
-            .collect();
-        drop(existing);
+        let mut found: Vec<Option<usize>> = vec![None; regions.len()];
+        for (k, c) in candidates.iter().enumerate() {
+            if c.target != t {
+                continue;
+            }
+            if let Some(&r) = by_inside.get(&c.sub_graph.inside) {
+                if regions[r].sub_graph == c.sub_graph {
+                    found[r] = Some(k);
+                }
+            }
+        }
+        drop(by_inside);
         let mut mine = Vec::new();
         for (region, found) in regions.into_iter().zip(found) {
             mine.push(found.unwrap_or_else(|| {
@@ -458,10 +465,11 @@ pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forwa
     let mut seen = vec![false; g.len()];
     let mut part_done = vec![false; parts.len()];
     let mut stack: Vec<usize> = Vec::new();
+    // Edges within a part are not followed; every node on its own is a unit of its own.
     let push_outputs = |i: usize, own: u32, stack: &mut Vec<usize>, seen: &mut [bool]| {
         for o in g.outputs(i) {
             let o = o.index();
-            if unit[o] != own && !seen[o] && (unit[o] != ALONE || o < last) {
+            if (unit[o] != own || own == ALONE) && !seen[o] && (unit[o] != ALONE || o < last) {
                 seen[o] = true;
                 stack.push(o);
             }
@@ -481,6 +489,96 @@ pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forwa
             part_done[u as usize] = true;
             for i in parts[u as usize].iter() {
                 push_outputs(i, u, &mut stack, &mut seen);
+            }
+        }
+    }
+    false
+}
+
+/// Scratch space for [`returns_to_among`], reused between calls.
+#[derive(Default)]
+pub struct Reach {
+    /// `node[v] == generation`: node `v` was reached in the current call; likewise for slots.
+    node: Vec<u32>,
+    slot: Vec<u32>,
+    generation: u32,
+    stack: Vec<usize>,
+}
+
+impl Reach {
+    /// Starts a call over `nodes` nodes and `slots` slots.
+    fn begin(&mut self, nodes: usize, slots: usize) {
+        self.node.resize(self.node.len().max(nodes), 0);
+        self.slot.resize(self.slot.len().max(slots), 0);
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.node.fill(0);
+            self.slot.fill(0);
+            self.generation = 1;
+        }
+        self.stack.clear();
+    }
+}
+
+/// [`returns_to`] for parts kept in slots that change as they merge: `owner[v]` is the slot of
+/// node `v` (`usize::MAX` for none) and `part(k)` the nodes of slot `k` (`None` once emptied),
+/// for `k < slots`. The unit tested is `from`, which must be exactly the nodes of the slots in
+/// `from_slots`.
+///
+/// Only nodes at or below `bound` are followed. Any `bound` at or above the last node of `from`
+/// that no slot straddles (no slot has nodes both at or below it and above it) gives the exact
+/// answer when edges go forward ([`edges_go_forward`]): from a node above such a bound, every
+/// edge and every slot leads only further up, never back into `from`. That keeps the work local
+/// to `from`; `usize::MAX` is always exact.
+#[allow(clippy::too_many_arguments)]
+pub fn returns_to_among<'p>(
+    g: &DataflowGraph<'_>,
+    owner: &[usize],
+    slots: usize,
+    part: &dyn Fn(usize) -> Option<&'p IndexSet>,
+    from: &IndexSet,
+    from_slots: &[usize],
+    bound: usize,
+    reach: &mut Reach,
+) -> bool {
+    const ALONE: usize = usize::MAX;
+    const FROM: usize = usize::MAX - 1;
+    reach.begin(g.len(), slots);
+    let generation = reach.generation;
+    let Reach {
+        node, slot, stack, ..
+    } = reach;
+    let unit = |v: usize| match owner[v] {
+        ALONE => ALONE,
+        k if from_slots.contains(&k) => FROM,
+        k => k,
+    };
+    let mut push_outputs = |i: usize, own: usize, stack: &mut Vec<usize>| {
+        for o in g.outputs(i) {
+            let o = o.index();
+            if o > bound || node[o] == generation || (own != ALONE && unit(o) == own) {
+                continue;
+            }
+            node[o] = generation;
+            stack.push(o);
+        }
+    };
+    for i in from.iter() {
+        push_outputs(i, FROM, stack);
+    }
+    while let Some(v) = stack.pop() {
+        match unit(v) {
+            FROM => return true,
+            ALONE => push_outputs(v, ALONE, stack),
+            k => {
+                if slot[k] != generation {
+                    slot[k] = generation;
+                    if let Some(p) = part(k) {
+                        for i in p.iter() {
+                            push_outputs(i, k, stack);
+                        }
+                    }
+                }
             }
         }
     }

@@ -727,3 +727,114 @@ fn timings_name_every_phase_once_on_stderr() {
     let quiet = collage(["partition", "tests/models/mnist.relay", "--format", "json"]);
     assert!(quiet.stderr.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The cycle test of the acyclicity constraint and of region merging, against brute force
+
+/// Whether, in the graph whose units are the parts (each one unit) and every other node (each
+/// its own unit), some path leaves part `from` and comes back into it: a search over that unit
+/// graph, built edge by edge.
+fn brute_returns_to(
+    g: &DataflowGraph<'_>,
+    parts: &[std::collections::BTreeSet<usize>],
+    from: usize,
+) -> bool {
+    let unit = |v: usize| {
+        parts
+            .iter()
+            .position(|p| p.contains(&v))
+            .unwrap_or(parts.len() + v)
+    };
+    let mut succ: std::collections::BTreeMap<usize, std::collections::BTreeSet<usize>> =
+        Default::default();
+    for v in 0..g.len() {
+        for o in g.outputs(v) {
+            let (a, b) = (unit(v), unit(o.index()));
+            if a != b {
+                succ.entry(a).or_default().insert(b);
+            }
+        }
+    }
+    let mut stack: Vec<usize> = succ.get(&from).into_iter().flatten().copied().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(u) = stack.pop() {
+        if u == from {
+            return true;
+        }
+        if seen.insert(u) {
+            stack.extend(succ.get(&u).into_iter().flatten().copied());
+        }
+    }
+    false
+}
+
+proptest! {
+    #![proptest_config(crate::enumerate_props::config())]
+
+    /// `returns_to` and `returns_to_among` (unbounded, and bounded where no part straddles the
+    /// bound) agree with the search over the unit graph, for random parts of random models,
+    /// with the tested unit made of one part or of two.
+    #[test]
+    fn cycle_tests_match_brute_force(
+        params in 1u8..=3,
+        steps in crate::enumerate_props::steps(),
+        tuple_result in any::<bool>(),
+        bytes in prop::collection::vec(any::<u8>(), 40),
+        two in any::<bool>(),
+    ) {
+        let text = crate::enumerate_props::model_text(params, &steps, tuple_result);
+        let m = crate::enumerate_props::load(&text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        // Node v: on its own, or in one of four slots.
+        let mut owner = vec![usize::MAX; g.len()];
+        let mut slots: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); 4];
+        for (v, o) in owner.iter_mut().enumerate() {
+            let b = bytes[v % bytes.len()].wrapping_add((v / bytes.len()) as u8);
+            if b % 5 < 4 {
+                *o = (b % 5) as usize;
+                slots[*o].insert(v);
+            }
+        }
+        let from_slots: Vec<usize> = if two { vec![0, 1] } else { vec![0] };
+        let from_nodes: std::collections::BTreeSet<usize> =
+            from_slots.iter().flat_map(|&k| slots[k].iter().copied()).collect();
+        prop_assume!(!from_nodes.is_empty());
+        // The parts as `returns_to` and the brute force see them: the tested unit first.
+        let mut parts = vec![from_nodes.clone()];
+        parts.extend((0..4).filter(|k| !from_slots.contains(k)).map(|k| slots[k].clone()));
+        let expected = brute_returns_to(&g, &parts, 0);
+        let sets: Vec<IndexSet> = parts
+            .iter()
+            .map(|p| IndexSet::from_indices(g.len(), p.iter().copied()))
+            .collect();
+        let refs: Vec<&IndexSet> = sets.iter().collect();
+        let forward = partition::edges_go_forward(&g);
+        prop_assert_eq!(partition::returns_to(&g, &refs, 0, forward), expected, "{}", text);
+        let slot_sets: Vec<IndexSet> = slots
+            .iter()
+            .map(|p| IndexSet::from_indices(g.len(), p.iter().copied()))
+            .collect();
+        let part = |k: usize| Some(&slot_sets[k]);
+        let mut reach = partition::Reach::default();
+        let among = |bound: usize, reach: &mut partition::Reach| {
+            partition::returns_to_among(
+                &g, &owner, 4, &part, &sets[0], &from_slots, bound, reach,
+            )
+        };
+        prop_assert_eq!(among(usize::MAX, &mut reach), expected, "{}", text);
+        if forward {
+            // The first node at or after the tested unit's last that no other part straddles.
+            let mut bound = *from_nodes.iter().next_back().unwrap();
+            while let Some(b) = parts[1..]
+                .iter()
+                .filter(|p| p.first().is_some_and(|&a| a <= bound))
+                .filter_map(|p| p.last().copied())
+                .filter(|&b| b > bound)
+                .max()
+            {
+                bound = b;
+            }
+            prop_assert_eq!(among(bound, &mut reach), expected, "{}", text);
+        }
+    }
+}

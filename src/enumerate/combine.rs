@@ -29,19 +29,19 @@ pub(super) fn combine(
     keep: &dyn Fn(&SubGraph) -> bool,
 ) -> Vec<Candidate> {
     let g = cx.g;
-    let mut all: Vec<Candidate> = Vec::new();
+    let mut all = Rounds::default();
     // Per candidate: the pair it is the union of, when its label and rule name are deferred
     // (both are empty until then).
     let mut origin: Vec<Option<(u32, u32)>> = Vec::new();
     // Every sub-graph seen so far, kept or rejected as too deep: checked before a union is
     // built, since most unions are reached from several pairs; this is also the de-duplication.
     let mut seen = Seen::new(g.len());
-    for c in base {
-        if seen.insert(&c.sub_graph) {
-            all.push(c);
-            origin.push(None);
-        }
-    }
+    let base: Vec<Candidate> = base
+        .into_iter()
+        .filter(|c| seen.insert(&c.sub_graph))
+        .collect();
+    origin.resize(base.len(), None);
+    all.push_round(base);
     // Which candidates have each node as an entry, an exit or an output (kept up to date).
     // Entries and outputs are bucketed by the candidate's kind, so that a pair search only
     // visits partners whose kind some combiner rule accepts.
@@ -64,7 +64,7 @@ pub(super) fn combine(
             by_output[o][k].push(Member::new(ci, &c.sub_graph.inside));
         }
     };
-    for (ci, c) in all.iter().enumerate() {
+    for (ci, c) in all.iter_from(0) {
         index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
     }
     // The candidates that may consume a tuple (see `tuple_arg`), in index order: found once, so
@@ -89,7 +89,7 @@ pub(super) fn combine(
     // pair search settles most pairs (those whose union was already seen) without reading the
     // candidates themselves, which are scattered over far more memory.
     let mut kinds: Vec<(OpPattern, bool)> = Vec::with_capacity(all.len());
-    for c in &all {
+    for (_, c) in all.iter_from(0) {
         insides.push(&c.sub_graph.inside);
         fps.push(seen.fingerprint(&c.sub_graph.inside));
         kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
@@ -99,11 +99,11 @@ pub(super) fn combine(
     let mut query: u32 = 0;
     let mut first_new = 0;
     loop {
-        let mut added: Vec<(Candidate, Option<(u32, u32)>)> = Vec::new();
+        let mut added = Added::default();
         // Adds a union unless it is too deep or already known.
-        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Vec<_>| {
+        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Added| {
             if sg.depth <= max_depth && seen.insert(&sg) {
-                added.push((cx.candidate(sg, name), None));
+                added.push(cx.candidate(sg, name), None);
             }
         };
         for comb in combiners {
@@ -114,7 +114,7 @@ pub(super) fn combine(
                     let mut try_pair = |insides: &Insides,
                                         ui: usize,
                                         di: usize,
-                                        added: &mut Vec<_>| {
+                                        added: &mut Added| {
                         if ui == di {
                             return;
                         }
@@ -154,23 +154,23 @@ pub(super) fn combine(
                             );
                             // A union too deep now is too deep from every other pair too.
                             if seen.insert(&u) && u.depth <= max_depth {
-                                added.push((
+                                added.push(
                                     cx.candidate(u, String::new()),
                                     Some((ui as u32, di as u32)),
-                                ));
+                                );
                             }
                         } else {
                             let up = resolved(&all, &origin, ui);
                             let down = resolved(&all, &origin, di);
                             if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
                                 if seen.insert(&u) && u.depth <= max_depth {
-                                    added.push((
+                                    added.push(
                                         cx.candidate(
                                             u,
                                             union_labels(&up.rule_name, &down.rule_name),
                                         ),
                                         None,
-                                    ));
+                                    );
                                 }
                             }
                         }
@@ -193,7 +193,7 @@ pub(super) fn combine(
                             .max()
                     };
                     let mut partners: Vec<usize> = Vec::new();
-                    for (ui, up) in all.iter().enumerate().skip(first_new) {
+                    for (ui, up) in all.iter_from(first_new) {
                         let Some(limit) = max_down(up.sub_graph.kind) else {
                             continue;
                         };
@@ -222,7 +222,7 @@ pub(super) fn combine(
                             try_pair(&insides, ui, di, &mut added);
                         }
                     }
-                    for (di, down) in all.iter().enumerate().skip(first_new) {
+                    for (di, down) in all.iter_from(first_new) {
                         let Some(limit) = max_up(down.sub_graph.kind) else {
                             continue;
                         };
@@ -269,7 +269,7 @@ pub(super) fn combine(
                     &mut seen,
                 ),
                 Combiner::TupleProj => {
-                    for (ci, c) in all.iter().enumerate().skip(first_new) {
+                    for (ci, c) in all.iter_from(first_new) {
                         for o in c.sub_graph.output.iter() {
                             let is_proj = g
                                 .expr(o)
@@ -297,7 +297,7 @@ pub(super) fn combine(
                     }
                 }
                 Combiner::Constant => {
-                    for (ci, c) in all.iter().enumerate().skip(first_new) {
+                    for (ci, c) in all.iter_from(first_new) {
                         let consts: Vec<usize> = c
                             .sub_graph
                             .input
@@ -325,32 +325,34 @@ pub(super) fn combine(
                 }
             }
         }
-        if added.is_empty() {
+        if added.candidates.is_empty() {
             break;
         }
         first_new = all.len();
-        for (c, from) in added {
-            let ci = all.len();
-            index(ci, &c, &mut by_entry, &mut by_exit, &mut by_output);
-            if consumes_tuple(&c) {
+        for (k, c) in added.candidates.iter().enumerate() {
+            let ci = first_new + k;
+            index(ci, c, &mut by_entry, &mut by_exit, &mut by_output);
+            if consumes_tuple(c) {
                 tuple_consumers.push(ci);
             }
             insides.push(&c.sub_graph.inside);
             fps.push(seen.fingerprint(&c.sub_graph.inside));
             kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
             mark.push(0);
-            all.push(c);
-            origin.push(from);
         }
+        origin.extend(added.origin);
+        all.push_round(added.candidates);
     }
-    let kept: Vec<bool> = all.iter().map(|c| keep(&c.sub_graph)).collect();
+    let kept: Vec<bool> = all.iter_from(0).map(|(_, c)| keep(&c.sub_graph)).collect();
     // Names of the kept deferred unions, built while every part is still there.
     let mut names: Vec<(String, String)> = (0..all.len())
         .filter(|&k| kept[k] && origin[k].is_some())
         .map(|k| names_of(&all, &origin, k))
         .collect();
     names.reverse();
-    all.into_iter()
+    all.chunks
+        .into_iter()
+        .flatten()
         .zip(kept)
         .zip(origin)
         .filter(|((_, kept), _)| *kept)
@@ -366,12 +368,69 @@ pub(super) fn combine(
         .collect()
 }
 
+/// The candidates so far, one array per round: a round's new candidates are moved in as they
+/// are, never copied again, and no single array grows to hold them all.
+#[derive(Default)]
+struct Rounds {
+    chunks: Vec<Vec<Candidate>>,
+    /// The index of each chunk's first candidate.
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl Rounds {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push_round(&mut self, chunk: Vec<Candidate>) {
+        if !chunk.is_empty() {
+            self.starts.push(self.len);
+            self.len += chunk.len();
+            self.chunks.push(chunk);
+        }
+    }
+
+    /// The candidates from index `first` on, with their indices.
+    fn iter_from(&self, first: usize) -> impl Iterator<Item = (usize, &Candidate)> + '_ {
+        self.chunks
+            .iter()
+            .zip(&self.starts)
+            .flat_map(move |(chunk, &start)| {
+                let skip = first.saturating_sub(start).min(chunk.len());
+                chunk[skip..]
+                    .iter()
+                    .enumerate()
+                    .map(move |(k, c)| (start + skip + k, c))
+            })
+    }
+}
+
+impl std::ops::Index<usize> for Rounds {
+    type Output = Candidate;
+
+    fn index(&self, k: usize) -> &Candidate {
+        let c = self.starts.partition_point(|&s| s <= k) - 1;
+        &self.chunks[c][k - self.starts[c]]
+    }
+}
+
+/// The unions found in one round, with the pairs their deferred names come from.
+#[derive(Default)]
+struct Added {
+    candidates: Vec<Candidate>,
+    origin: Vec<Option<(u32, u32)>>,
+}
+
+impl Added {
+    fn push(&mut self, c: Candidate, origin: Option<(u32, u32)>) {
+        self.candidates.push(c);
+        self.origin.push(origin);
+    }
+}
+
 /// Candidate `k` with its label and rule name (built, if they were deferred).
-fn resolved<'a>(
-    all: &'a [Candidate],
-    origin: &[Option<(u32, u32)>],
-    k: usize,
-) -> Cow<'a, Candidate> {
+fn resolved<'a>(all: &'a Rounds, origin: &[Option<(u32, u32)>], k: usize) -> Cow<'a, Candidate> {
     if origin[k].is_none() {
         return Cow::Borrowed(&all[k]);
     }
@@ -390,7 +449,7 @@ fn resolved<'a>(
 /// The candidates with the pairs their deferred names come from.
 #[derive(Clone, Copy)]
 struct Named<'a> {
-    all: &'a [Candidate],
+    all: &'a Rounds,
     origin: &'a [Option<(u32, u32)>],
 }
 
@@ -404,7 +463,7 @@ impl<'a> Named<'a> {
 /// The label and rule name of candidate `k`: for a union whose names were deferred, those of the
 /// parts it was made from, in order, joined as [`union_labels`] joins them (it skips empty
 /// sides, so joining the non-empty names of the original parts, left to right, is the same).
-fn names_of(all: &[Candidate], origin: &[Option<(u32, u32)>], k: usize) -> (String, String) {
+fn names_of(all: &Rounds, origin: &[Option<(u32, u32)>], k: usize) -> (String, String) {
     fn join(acc: &mut String, part: &str) {
         if !part.is_empty() {
             if !acc.is_empty() {

@@ -618,11 +618,12 @@ type Key = (IndexSet, Vec<(IndexSet, Option<String>)>);
 struct Seen {
     /// Sub-graphs with nested parts.
     keys: HashSet<Key>,
-    /// Fingerprint of a plain sub-graph's inside set to the last position in `sets` with it.
-    plain: rustc_hash::FxHashMap<u64, u32>,
-    /// Inside sets of plain sub-graphs, each as its start and number of words in `words`, with
-    /// the previous position with the same fingerprint (`u32::MAX` for none).
-    sets: Vec<(u32, u32, u32)>,
+    /// The positions in `sets` of the plain sub-graphs' inside sets, hashed by fingerprint (a
+    /// table of 4-byte positions, small enough to stay in cache on large models).
+    plain: hashbrown::HashTable<u32>,
+    /// Inside sets of plain sub-graphs, each as its fingerprint, and its start and number of
+    /// words in `words`.
+    sets: Vec<(u64, u32, u32)>,
     /// The words of the recorded inside sets, one after the other (one array rather than one
     /// allocation per set).
     words: Vec<(u32, u64)>,
@@ -634,7 +635,7 @@ impl Seen {
     fn new(nodes: usize) -> Seen {
         Seen {
             keys: HashSet::default(),
-            plain: Default::default(),
+            plain: hashbrown::HashTable::new(),
             sets: Vec::new(),
             words: Vec::new(),
             node_hash: (0..nodes as u64).map(splitmix64).collect(),
@@ -653,51 +654,51 @@ impl Seen {
             return self.keys.insert(key_of(sg));
         }
         let fp = self.fingerprint(&sg.inside);
-        if self.same_fingerprint(fp).any(|s| s == sg.inside.words()) {
+        let w = sg.inside.words();
+        if self.any_with(fp, |s| s == w) {
             return false;
         }
         let k = self.sets.len() as u32;
-        let prev = self.plain.insert(fp, k).unwrap_or(u32::MAX);
-        let w = sg.inside.words();
         self.sets
-            .push((self.words.len() as u32, w.len() as u32, prev));
+            .push((fp, self.words.len() as u32, w.len() as u32));
         self.words.extend_from_slice(w);
+        let sets = &self.sets;
+        self.plain.insert_unique(fp, k, |&j| sets[j as usize].0);
         true
     }
 
-    /// The words of the recorded plain inside sets with fingerprint `fp`.
-    fn same_fingerprint(&self, fp: u64) -> impl Iterator<Item = &[(u32, u64)]> + '_ {
-        let mut k = self.plain.get(&fp).copied().unwrap_or(u32::MAX);
-        std::iter::from_fn(move || {
-            let &(start, n, prev) = self.sets.get(k as usize)?;
-            k = prev;
-            Some(&self.words[start as usize..][..n as usize])
-        })
+    /// Whether some recorded plain inside set with fingerprint `fp` satisfies `pred` (given its
+    /// words).
+    fn any_with(&self, fp: u64, mut pred: impl FnMut(&[(u32, u64)]) -> bool) -> bool {
+        self.plain
+            .find(fp, |&k| {
+                let (f, start, n) = self.sets[k as usize];
+                f == fp && pred(&self.words[start as usize..][..n as usize])
+            })
+            .is_some()
     }
 
     /// Whether a sub-graph without nested parts and with this inside set was already seen.
     fn knows(&self, inside: &IndexSet) -> bool {
-        self.same_fingerprint(self.fingerprint(inside))
-            .any(|s| s == inside.words())
+        self.any_with(self.fingerprint(inside), |s| s == inside.words())
     }
 
     /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
     /// `fp`) plus node `o` was already seen.
     fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
-        self.same_fingerprint(fp.wrapping_add(self.node_hash[o]))
-            .any(|s| {
-                let (k, bit) = ((o / 64) as u32, 1u64 << (o % 64));
-                let has_o = s
-                    .binary_search_by_key(&k, |p| p.0)
-                    .is_ok_and(|p| s[p].1 & bit != 0);
-                has_o && words_count(s) == inside.count() + 1 && words_subset(inside.words(), s)
-            })
+        self.any_with(fp.wrapping_add(self.node_hash[o]), |s| {
+            let (k, bit) = ((o / 64) as u32, 1u64 << (o % 64));
+            let has_o = s
+                .binary_search_by_key(&k, |p| p.0)
+                .is_ok_and(|p| s[p].1 & bit != 0);
+            has_o && words_count(s) == inside.count() + 1 && words_subset(inside.words(), s)
+        })
     }
 
     /// Whether a sub-graph without nested parts whose inside set is the union of the disjoint
     /// sets `a` and `b` (given by their words), with fingerprint `fp`, was already seen.
     fn knows_plain_union(&self, a: &[(u32, u64)], b: &[(u32, u64)], fp: u64) -> bool {
-        self.same_fingerprint(fp).any(|s| is_union_of(s, a, b))
+        self.any_with(fp, |s| is_union_of(s, a, b))
     }
 
     /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints

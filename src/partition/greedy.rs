@@ -80,12 +80,19 @@ pub fn merge_touching_by<T>(
         }
     }
     let mut slots: Vec<Option<(SubGraph, T)>> = parts.into_iter().map(Some).collect();
-    let forward = super::edges_go_forward(g);
-    // The largest last node of the slots starting at or before each node, to bound the cycle
-    // test (see `returns_to_among`).
+    // The cycle test is bounded in a topological order that keeps nearby nodes near (see
+    // `returns_to_among`); without forward edges there is none, and the test is unbounded.
+    let rank = super::edges_go_forward(g).then(|| super::local_order(g));
+    let span = |p: &SubGraph| -> Option<(usize, usize)> {
+        let rank = rank.as_ref()?;
+        let mut ranks = p.inside.iter().map(|i| rank[i]);
+        let first = ranks.next()?;
+        Some(ranks.fold((first, first), |(lo, hi), r| (lo.min(r), hi.max(r))))
+    };
+    // The largest last rank of the slots starting at or before each rank.
     let mut starts = PrefixMax::new(g.len());
     for (p, _) in slots.iter().flatten() {
-        if let (Some(a), Some(b)) = (p.inside.first(), p.inside.last()) {
+        if let Some((a, b)) = span(p) {
             starts.set(a, b);
         }
     }
@@ -99,20 +106,13 @@ pub fn merge_touching_by<T>(
         if u.exit.count() < 2 {
             return true;
         }
-        let Some(mut bound) = u.inside.last() else {
-            return true;
-        };
-        if forward {
-            // The first node at or after `u`'s last that no slot straddles.
-            loop {
-                match starts.prefix(bound) {
-                    Some(b) if b > bound => bound = b,
-                    _ => break,
-                }
+        // The first rank at or after `u`'s last that no slot straddles.
+        let limit = rank.as_deref().zip(span(u)).map(|(rank, (_, mut bound))| {
+            while let Some(b) = starts.prefix(bound).filter(|&b| b > bound) {
+                bound = b;
             }
-        } else {
-            bound = usize::MAX;
-        }
+            (rank, bound)
+        });
         !super::returns_to_among(
             g,
             owner,
@@ -120,7 +120,7 @@ pub fn merge_touching_by<T>(
             &|k| slots[k].as_ref().map(|(p, _)| &p.inside),
             &u.inside,
             &[i, j],
-            bound,
+            limit,
             &mut reach,
         )
     };
@@ -155,11 +155,11 @@ pub fn merge_touching_by<T>(
                 let (b, tb) = slots[j].take().expect("neighbour present");
                 let (a, ta) = slots[i].take().expect("part present");
                 for p in [&a, &b] {
-                    if let Some(f) = p.inside.first() {
+                    if let Some((f, _)) = span(p) {
                         starts.clear(f);
                     }
                 }
-                if let (Some(f), Some(l)) = (u.inside.first(), u.inside.last()) {
+                if let Some((f, l)) = span(&u) {
                     starts.set(f, l);
                 }
                 for n in b.inside.iter() {

@@ -495,6 +495,26 @@ pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forwa
     false
 }
 
+/// A topological order of a graph whose edges go forward ([`edges_go_forward`]) that keeps
+/// nearby nodes near: `rank[v]` is `v`'s position when nodes are sorted by the length of the
+/// longest path reaching them, then by index. (Post-order indices can put a node far from its
+/// inputs, e.g. one that only feeds the final result.)
+pub fn local_order(g: &DataflowGraph<'_>) -> Vec<usize> {
+    let mut level = vec![0usize; g.len()];
+    for v in 0..g.len() {
+        for o in g.outputs(v) {
+            level[o.index()] = level[o.index()].max(level[v] + 1);
+        }
+    }
+    let mut order: Vec<usize> = (0..g.len()).collect();
+    order.sort_by_key(|&v| (level[v], v));
+    let mut rank = vec![0; g.len()];
+    for (r, &v) in order.iter().enumerate() {
+        rank[v] = r;
+    }
+    rank
+}
+
 /// Scratch space for [`returns_to_among`], reused between calls.
 #[derive(Default)]
 pub struct Reach {
@@ -525,11 +545,12 @@ impl Reach {
 /// for `k < slots`. The unit tested is `from`, which must be exactly the nodes of the slots in
 /// `from_slots`.
 ///
-/// Only nodes at or below `bound` are followed. Any `bound` at or above the last node of `from`
-/// that no slot straddles (no slot has nodes both at or below it and above it) gives the exact
-/// answer when edges go forward ([`edges_go_forward`]): from a node above such a bound, every
-/// edge and every slot leads only further up, never back into `from`. That keeps the work local
-/// to `from`; `usize::MAX` is always exact.
+/// With `limit = Some((rank, bound))`, only nodes whose rank is at most `bound` are followed.
+/// `rank` must be a topological order (every edge goes to a higher rank), and then any `bound`
+/// at or above the ranks of `from` that no slot straddles (no slot has ranks both at or below it
+/// and above it) gives the exact answer: from a node above such a bound, every edge and every
+/// slot leads only further up, never back into `from`. With a rank that keeps nearby nodes near
+/// ([`local_order`]) that keeps the work local to `from`. `None` is always exact.
 #[allow(clippy::too_many_arguments)]
 pub fn returns_to_among<'p>(
     g: &DataflowGraph<'_>,
@@ -538,7 +559,7 @@ pub fn returns_to_among<'p>(
     part: &dyn Fn(usize) -> Option<&'p IndexSet>,
     from: &IndexSet,
     from_slots: &[usize],
-    bound: usize,
+    limit: Option<(&[usize], usize)>,
     reach: &mut Reach,
 ) -> bool {
     const ALONE: usize = usize::MAX;
@@ -556,7 +577,8 @@ pub fn returns_to_among<'p>(
     let mut push_outputs = |i: usize, own: usize, stack: &mut Vec<usize>| {
         for o in g.outputs(i) {
             let o = o.index();
-            if o > bound || node[o] == generation || (own != ALONE && unit(o) == own) {
+            let beyond = limit.is_some_and(|(rank, bound)| rank[o] > bound);
+            if beyond || node[o] == generation || (own != ALONE && unit(o) == own) {
                 continue;
             }
             node[o] = generation;

@@ -816,25 +816,38 @@ proptest! {
             .collect();
         let part = |k: usize| Some(&slot_sets[k]);
         let mut reach = partition::Reach::default();
-        let among = |bound: usize, reach: &mut partition::Reach| {
+        let among = |limit: Option<(&[usize], usize)>, reach: &mut partition::Reach| {
             partition::returns_to_among(
-                &g, &owner, 4, &part, &sets[0], &from_slots, bound, reach,
+                &g, &owner, 4, &part, &sets[0], &from_slots, limit, reach,
             )
         };
-        prop_assert_eq!(among(usize::MAX, &mut reach), expected, "{}", text);
+        prop_assert_eq!(among(None, &mut reach), expected, "{}", text);
         if forward {
-            // The first node at or after the tested unit's last that no other part straddles.
-            let mut bound = *from_nodes.iter().next_back().unwrap();
-            while let Some(b) = parts[1..]
-                .iter()
-                .filter(|p| p.first().is_some_and(|&a| a <= bound))
-                .filter_map(|p| p.last().copied())
-                .filter(|&b| b > bound)
-                .max()
-            {
-                bound = b;
+            // Bounded in two topological orders: node indices, and the local order.
+            let identity: Vec<usize> = (0..g.len()).collect();
+            for rank in [identity, partition::local_order(&g)] {
+                for v in 0..g.len() {
+                    for o in g.outputs(v) {
+                        prop_assert!(rank[v] < rank[o.index()]);
+                    }
+                }
+                // The first rank at or after the tested unit's that no other part straddles.
+                let span = |p: &std::collections::BTreeSet<usize>| {
+                    let ranks = p.iter().map(|&v| rank[v]);
+                    (ranks.clone().min(), ranks.max())
+                };
+                let mut bound = span(&from_nodes).1.unwrap();
+                while let Some(b) = parts[1..]
+                    .iter()
+                    .map(span)
+                    .filter(|&(a, b)| a.is_some_and(|a| a <= bound) && b > Some(bound))
+                    .filter_map(|(_, b)| b)
+                    .max()
+                {
+                    bound = b;
+                }
+                prop_assert_eq!(among(Some((&rank, bound)), &mut reach), expected, "{}", text);
             }
-            prop_assert_eq!(among(bound, &mut reach), expected, "{}", text);
         }
     }
 }

@@ -101,9 +101,15 @@ pub(super) fn combine(
     loop {
         let mut added = Added::default();
         // Adds a union unless it is too deep or already known.
-        let push = |seen: &mut Seen, sg: SubGraph, name: String, added: &mut Added| {
+        // Adds a union unless it is too deep or already known; `name` labels a kept union and
+        // gives its rule name.
+        let push = |seen: &mut Seen,
+                    mut sg: SubGraph,
+                    name: &mut dyn FnMut(&mut SubGraph) -> String,
+                    added: &mut Added| {
             if sg.depth <= max_depth && seen.insert(&sg) {
-                added.push(cx.candidate(sg, name), None);
+                let rule_name = name(&mut sg);
+                added.push(cx.candidate(sg, rule_name), None);
             }
         };
         for comb in combiners {
@@ -291,7 +297,7 @@ pub(super) fn combine(
                             );
                             let c = resolved(&all, &origin, ci);
                             if let Some(u) = c.sub_graph.disjoint_union(g, &proj) {
-                                push(&mut seen, u, c.rule_name.clone(), &mut added);
+                                push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added);
                             }
                         }
                     }
@@ -319,7 +325,7 @@ pub(super) fn combine(
                         );
                         let c = resolved(&all, &origin, ci);
                         if let Some(u) = c.sub_graph.disjoint_union(g, &k) {
-                            push(&mut seen, u, c.rule_name.clone(), &mut added);
+                            push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added);
                         }
                     }
                 }
@@ -457,6 +463,17 @@ impl<'a> Named<'a> {
     /// Candidate `k` with its names.
     fn get(&self, k: usize) -> Cow<'a, Candidate> {
         resolved(self.all, self.origin, k)
+    }
+
+    /// The label and rule name of candidate `k`.
+    fn names(&self, k: usize) -> (String, String) {
+        match self.origin[k] {
+            None => {
+                let c = &self.all[k];
+                (c.sub_graph.label.clone(), c.rule_name.clone())
+            }
+            Some(_) => names_of(self.all, self.origin, k),
+        }
     }
 }
 
@@ -743,6 +760,9 @@ fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
     (a.inside.union(&b.inside), nested)
 }
 
+/// Labels a kept union and gives its rule name (called only for unions that are kept).
+type Namer<'a> = dyn FnMut(&mut SubGraph) -> String + 'a;
+
 /// "I → tuple → I": an injective consumer of a tuple, the tuple, and a producer for every field.
 /// `consumers` are the candidates of kind at most injective with a tuple among their inputs, in
 /// index order.
@@ -754,7 +774,7 @@ fn tuple_arg(
     consumers: &[usize],
     by_exit: &[Vec<usize>],
     first_new: usize,
-    push: &mut dyn FnMut(&mut Seen, SubGraph, String),
+    push: &mut dyn FnMut(&mut Seen, SubGraph, &mut Namer<'_>),
     seen: &mut Seen,
 ) {
     let g = cx.g;
@@ -771,6 +791,16 @@ fn tuple_arg(
                 continue;
             }
             let fields: Vec<usize> = g.inputs(t).iter().map(|f| f.index()).collect();
+            // `by_exit` lists are in index order: without any candidate from the last round
+            // among the fields' producers, an old consumer has nothing new to combine.
+            let any_new = || {
+                fields
+                    .iter()
+                    .any(|&f| by_exit[f].last().is_some_and(|&p| p >= first_new))
+            };
+            if ci < first_new && !any_new() {
+                continue;
+            }
             let producers: Vec<Vec<usize>> = fields
                 .iter()
                 .map(|&field| {
@@ -872,27 +902,38 @@ fn tuple_arg(
                     // was seen already.
                     continue;
                 }
-                let members: Vec<Cow<'_, Candidate>> =
-                    members.iter().map(|&m| parts.get(m)).collect();
-                let name = members
-                    .iter()
-                    .fold(String::new(), |acc, c| union_labels(&acc, &c.rule_name));
-                let consumer = &members[0];
+                // The label of a plain union (the consumer's, `tuple`, the producers') and the
+                // rule names of the parts joined in order: built only if the union is kept.
+                let names = || {
+                    let named: Vec<(String, String)> =
+                        members.iter().map(|&m| parts.names(m)).collect();
+                    let label = named[1..]
+                        .iter()
+                        .fold(union_labels(&named[0].0, "tuple"), |acc, (l, _)| {
+                            union_labels(&acc, l)
+                        });
+                    let name = named
+                        .iter()
+                        .fold(String::new(), |acc, (_, n)| union_labels(&acc, n));
+                    (label, name)
+                };
                 if plain {
-                    // The union is `inside` with the parts' kinds and labels.
-                    let mut kind = consumer.sub_graph.kind.max(OpPattern::Injective);
-                    let mut label = union_labels(&consumer.sub_graph.label, "tuple");
-                    for p in &members[1..] {
-                        kind = kind.max(p.sub_graph.kind);
-                        label = union_labels(&label, &p.sub_graph.label);
-                    }
-                    push(
-                        seen,
-                        SubGraph::with(g, inside, kind, label, Vec::new()),
-                        name,
+                    // The union is `inside` with the parts' kinds.
+                    let kind = members[1..].iter().map(|&p| all[p].sub_graph.kind).fold(
+                        all[ci].sub_graph.kind.max(OpPattern::Injective),
+                        OpPattern::max,
                     );
+                    let sg = SubGraph::with(g, inside, kind, String::new(), Vec::new());
+                    push(seen, sg, &mut |sg| {
+                        let (label, name) = names();
+                        sg.label = label;
+                        name
+                    });
                     continue;
                 }
+                let resolved: Vec<Cow<'_, Candidate>> =
+                    members.iter().map(|&m| parts.get(m)).collect();
+                let consumer = &resolved[0];
                 // Fold the union in TVM's order: consumer, tuple, producers.
                 let tuple = SubGraph::with(
                     g,
@@ -906,7 +947,7 @@ fn tuple_arg(
                     None => continue,
                 };
                 let mut ok = true;
-                for p in &members[1..] {
+                for p in &resolved[1..] {
                     match acc.disjoint_union(g, &p.sub_graph) {
                         Some(u) => acc = u,
                         None => {
@@ -918,7 +959,7 @@ fn tuple_arg(
                 if !ok {
                     continue;
                 }
-                push(seen, acc, name);
+                push(seen, acc, &mut |_| names().1);
             }
         }
     }

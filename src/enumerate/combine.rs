@@ -100,7 +100,6 @@ pub(super) fn combine(
     let mut first_new = 0;
     loop {
         let mut added = Added::default();
-        // Adds a union unless it is too deep or already known.
         // Adds a union unless it is too deep or already known; `name` labels a kept union and
         // gives its rule name.
         let push = |seen: &mut Seen,

@@ -207,23 +207,39 @@ impl SubGraph {
         if self.inside.intersects(&other.inside) {
             return None;
         }
+        let nested = merge_nested(g, self.nested.clone(), other, true)?;
+        Some(self.union_with_nested(g, other, nested))
+    }
+
+    /// [`SubGraph::disjoint_union`] taking `self`, whose nested sub-graphs move into the union
+    /// instead of being copied (for a sub-graph that keeps growing). Gives `self` back if the
+    /// insides overlap.
+    pub fn absorb(
+        mut self,
+        g: &DataflowGraph<'_>,
+        other: &SubGraph,
+    ) -> Result<SubGraph, Box<SubGraph>> {
+        if self.inside.intersects(&other.inside) {
+            return Err(Box::new(self));
+        }
+        let nested = std::mem::take(&mut self.nested);
+        // Nested parts of disjoint sub-graphs are disjoint, so every merge succeeds; were one
+        // to fail, the parts would stay side by side.
+        let nested = merge_nested(g, nested, other, false).unwrap_or_default();
+        Ok(self.union_with_nested(g, other, nested))
+    }
+
+    /// The union of `self` and `other` (disjoint) with the given nested sub-graphs.
+    fn union_with_nested(
+        &self,
+        g: &DataflowGraph<'_>,
+        other: &SubGraph,
+        nested: Vec<(SubGraph, FnAttrs)>,
+    ) -> SubGraph {
         let inside = self.inside.union(&other.inside);
         let kind = self.kind.max(other.kind);
         let label = union_labels(&self.label, &other.label);
-        let mut nested = self.nested.clone();
-        for (sub, attrs) in &other.nested {
-            let pos = nested.iter().position(|(n, a)| {
-                trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside)
-            });
-            match pos {
-                Some(p) => {
-                    let merged = nested[p].0.disjoint_union(g, sub)?;
-                    nested[p].0 = merged;
-                }
-                None => nested.push((sub.clone(), attrs.clone())),
-            }
-        }
-        Some(SubGraph::with(g, inside, kind, label, nested))
+        SubGraph::with(g, inside, kind, label, nested)
     }
 
     /// The `Composite` functions nested in the sub-graph (at any depth, but not inside another
@@ -285,6 +301,28 @@ pub fn nest_labels(l: &str, r: &str) -> String {
         }
         _ => format!("{l}.{r}"),
     }
+}
+
+/// `nested` with `other`'s nested sub-graphs added, each merged into a trivially unionable one
+/// where there is one. A merge fails if the two overlap: then `None` if `strict`, else the two
+/// stay side by side (so the result is always `Some`).
+fn merge_nested(
+    g: &DataflowGraph<'_>,
+    mut nested: Vec<(SubGraph, FnAttrs)>,
+    other: &SubGraph,
+    strict: bool,
+) -> Option<Vec<(SubGraph, FnAttrs)>> {
+    for (sub, attrs) in &other.nested {
+        let pos = nested
+            .iter()
+            .position(|(n, a)| trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside));
+        match pos.map(|p| (p, nested[p].0.disjoint_union(g, sub))) {
+            Some((p, Some(merged))) => nested[p].0 = merged,
+            Some((_, None)) if strict => return None,
+            _ => nested.push((sub.clone(), attrs.clone())),
+        }
+    }
+    Some(nested)
 }
 
 /// Same attributes, no `Composite` among them: nested `Primitive`/`Compiler` wrappers merge,

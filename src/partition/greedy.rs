@@ -144,20 +144,39 @@ pub fn merge_touching_by<T>(
                     if !can_merge(ta, tb) || !(a.touches(g, b) || b.touches(g, a)) {
                         continue;
                     }
-                    if let Some(u) = a.disjoint_union(g, b).filter(|u| {
-                        u.is_valid(g, &MERGED) && no_cycle(&slots, &owner, &starts, i, j, u)
-                    }) {
-                        merged = Some((j, u));
+                    // Validity and the cycle test depend on the union's nodes alone (the nested
+                    // parts of two disjoint parts stay disjoint), so they are tested on the
+                    // plain union, and the whole union is built only for a merge, from the
+                    // growing part itself: no copy of everything it holds at every step.
+                    let plain = SubGraph::with(
+                        g,
+                        a.inside.union(&b.inside),
+                        a.kind.max(b.kind),
+                        String::new(),
+                        Vec::new(),
+                    );
+                    if plain.is_valid(g, &MERGED) && no_cycle(&slots, &owner, &starts, i, j, &plain)
+                    {
+                        merged = Some(j);
                         break;
                     }
                 }
-                let Some((j, u)) = merged else { break };
+                let Some(j) = merged else { break };
                 let (b, tb) = slots[j].take().expect("neighbour present");
                 let (a, ta) = slots[i].take().expect("part present");
-                for p in [&a, &b] {
-                    if let Some((f, _)) = span(p) {
-                        starts.clear(f);
+                let (a_span, b_span) = (span(&a), span(&b));
+                let u = match a.absorb(g, &b) {
+                    Ok(u) => u,
+                    Err(a) => {
+                        // Touching parts are disjoint, so this does not happen; were it to,
+                        // both stay as they are.
+                        slots[i] = Some((*a, ta));
+                        slots[j] = Some((b, tb));
+                        break;
                     }
+                };
+                for (f, _) in [a_span, b_span].into_iter().flatten() {
+                    starts.clear(f);
                 }
                 if let Some((f, l)) = span(&u) {
                     starts.set(f, l);

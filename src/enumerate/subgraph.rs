@@ -201,6 +201,21 @@ impl SubGraph {
             && !other.flows_into(g, self)
     }
 
+    /// An empty sub-graph that allocates nothing, to hold a place briefly.
+    fn placeholder() -> SubGraph {
+        SubGraph {
+            inside: IndexSet::new(0),
+            entry: IndexSet::new(0),
+            exit: IndexSet::new(0),
+            input: IndexSet::new(0),
+            output: IndexSet::new(0),
+            depth: 0,
+            kind: OpPattern::ElemWise,
+            label: String::new(),
+            nested: Vec::new(),
+        }
+    }
+
     /// The disjoint union (§4.6): the larger kind, labels joined in union order, nested
     /// sub-graphs merged where trivially unionable. Returns `None` if the insides overlap.
     pub fn disjoint_union(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> Option<SubGraph> {
@@ -316,10 +331,21 @@ fn merge_nested(
         let pos = nested
             .iter()
             .position(|(n, a)| trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside));
-        match pos.map(|p| (p, nested[p].0.disjoint_union(g, sub))) {
-            Some((p, Some(merged))) => nested[p].0 = merged,
-            Some((_, None)) if strict => return None,
-            _ => nested.push((sub.clone(), attrs.clone())),
+        let Some(p) = pos else {
+            nested.push((sub.clone(), attrs.clone()));
+            continue;
+        };
+        // The part grows in place (its own nested parts move, they are not copied).
+        let part = std::mem::replace(&mut nested[p].0, SubGraph::placeholder());
+        match part.absorb(g, sub) {
+            Ok(merged) => nested[p].0 = merged,
+            Err(part) => {
+                nested[p].0 = *part;
+                if strict {
+                    return None;
+                }
+                nested.push((sub.clone(), attrs.clone()));
+            }
         }
     }
     Some(nested)

@@ -562,6 +562,7 @@ proptest! {
                 let u = su.disjoint_union(&g, &sd);
                 if !up.is_disjoint(down) {
                     prop_assert!(u.is_none(), "overlapping union of {:?} and {:?}", up, down);
+                    prop_assert!(su.clone().absorb(&g, &sd).is_err());
                     continue;
                 }
                 let u = u.expect("a disjoint union");
@@ -587,6 +588,26 @@ proptest! {
                     .with_attrs(&g, prim.clone())
                     .disjoint_union(&g, &sd.with_attrs(&g, prim.clone()))
                     .unwrap();
+                // `absorb` is `disjoint_union` taking its left side, nested parts and all.
+                let comp_x = vec![("Composite".to_string(), AttrValue::Str("x".into()))];
+                for attrs in [None, Some(prim.clone()), Some(comp_x)] {
+                    let wrap = |s: &SubGraph| match &attrs {
+                        Some(a) => s.with_attrs(&g, a.clone()),
+                        None => s.clone(),
+                    };
+                    let (l, r) = (wrap(&su), wrap(&sd));
+                    let by_ref = l.disjoint_union(&g, &r).unwrap();
+                    let owned = l.absorb(&g, &r).unwrap();
+                    prop_assert_eq!(&owned, &by_ref);
+                    prop_assert_eq!(
+                        (&owned.entry, &owned.exit, &owned.input, &owned.output),
+                        (&by_ref.entry, &by_ref.exit, &by_ref.input, &by_ref.output)
+                    );
+                    prop_assert_eq!(
+                        (owned.depth, owned.kind, &owned.label),
+                        (by_ref.depth, by_ref.kind, &by_ref.label)
+                    );
+                }
                 prop_assert_eq!(pu.nested.len(), 1);
                 prop_assert_eq!(to_set(&pu.nested[0].0.inside), union.clone());
                 prop_assert_eq!(&pu.nested[0].1, &prim);

@@ -138,6 +138,7 @@ pub fn partition_command(req: &Request) -> Outcome {
         baselines: req.baselines,
         prune: req.prune,
     };
+    bar.show();
     let plan = match partition::partition_on_devices(
         &g,
         &program,
@@ -201,6 +202,7 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     }
     bar.phase("writing", 0);
+    bar.hide();
     let elapsed = start.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &req.output {
         if let Err(o) = write_atomically(path, &text) {
@@ -764,20 +766,27 @@ pub fn dot(m: &Module, g: &DataflowGraph<'_>, program: &Program, plan: &Plan) ->
     out
 }
 
-/// A progress bar on stderr, shown only when stderr is a terminal; with `--timings`, the wall
-/// time of each phase on stderr as well.
+/// A progress bar on stderr, shown (between [`Bar::show`] and [`Bar::hide`]) only when stderr
+/// is a terminal; with `--timings`, the wall time of each phase on stderr as well.
 struct Bar {
-    bar: Option<indicatif::ProgressBar>,
+    bar: std::cell::RefCell<Option<indicatif::ProgressBar>>,
     /// With `--timings`: the current phase and when it began.
     timing: Option<std::cell::RefCell<Option<(String, Instant)>>>,
 }
 
 impl Bar {
     fn new(timings: bool) -> Bar {
+        Bar {
+            bar: Default::default(),
+            timing: timings.then(Default::default),
+        }
+    }
+
+    /// Shows the bar, if stderr is a terminal.
+    fn show(&self) {
         use std::io::IsTerminal;
-        let timing = timings.then(Default::default);
         if !std::io::stderr().is_terminal() {
-            return Bar { bar: None, timing };
+            return;
         }
         let b = indicatif::ProgressBar::new(0);
         if let Ok(style) =
@@ -785,9 +794,13 @@ impl Bar {
         {
             b.set_style(style);
         }
-        Bar {
-            bar: Some(b),
-            timing,
+        *self.bar.borrow_mut() = Some(b);
+    }
+
+    /// Clears the bar from the terminal (before output or diagnostics); timing goes on.
+    fn hide(&self) {
+        if let Some(b) = self.bar.borrow_mut().take() {
+            b.finish_and_clear();
         }
     }
 
@@ -802,7 +815,7 @@ impl Bar {
                 "timing: {name:<24} {:>9.1} ms",
                 began.elapsed().as_secs_f64() * 1e3
             );
-            match &self.bar {
+            match &*self.bar.borrow() {
                 Some(b) => b.println(line),
                 None => eprintln!("{line}"),
             }
@@ -810,12 +823,10 @@ impl Bar {
         *current = next.map(|n| (n.to_string(), Instant::now()));
     }
 
-    /// Clears the bar (before diagnostics or at the end) and ends the current phase.
+    /// Clears the bar and ends the current phase.
     fn finish(&self) {
+        self.hide();
         self.end_phase(None);
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
     }
 }
 
@@ -828,7 +839,7 @@ impl Drop for Bar {
 impl partition::Progress for Bar {
     fn phase(&self, name: &str, total: usize) {
         self.end_phase(Some(name));
-        if let Some(b) = &self.bar {
+        if let Some(b) = &*self.bar.borrow() {
             b.set_message(name.to_string());
             b.set_length(total as u64);
             b.set_position(0);
@@ -836,7 +847,7 @@ impl partition::Progress for Bar {
     }
 
     fn step(&self, done: usize) {
-        if let Some(b) = &self.bar {
+        if let Some(b) = &*self.bar.borrow() {
             b.set_position(done as u64);
         }
     }

@@ -16,7 +16,7 @@ use rustc_hash::FxHashSet as HashSet;
 use std::borrow::Cow;
 
 /// Grows `base` with `combiners` to a fixed point; returns the originals followed by every union
-/// in the order found, those that `keep` accepts.
+/// in the order found, keeping only those (originals and unions alike) that `keep` accepts.
 ///
 /// Most unions are only stepping stones to others (they have several exits, say, and `keep` is
 /// a validity test): the label and rule name of a union of two plain sub-graphs are built only

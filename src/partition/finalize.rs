@@ -45,9 +45,13 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
             });
         }
     }
+    // One host candidate keeps its own sub-graph; several make one over all their nodes.
     let host = host_target.map(|target| super::Partition {
         target,
-        sub_graph: SubGraph::new(g, host_inside),
+        sub_graph: match host_parts[..] {
+            [k] => plan.candidates[k].sub_graph.clone(),
+            _ => SubGraph::new(g, host_inside),
+        },
         cost: host_cost,
         parts: host_parts,
         name: "host".into(),

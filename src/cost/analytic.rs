@@ -16,7 +16,7 @@
 use super::{Cost, Estimator, Request};
 use crate::dataflow::IndexSet;
 use crate::enumerate::{DataflowGraph, SubGraph};
-use crate::ir::{Callee, Expr};
+use crate::ir::Expr;
 use crate::ruletree::CostParams;
 
 /// The analytic estimator.
@@ -111,19 +111,14 @@ fn kernel_seconds(
     let mut compute = 0.0;
     let mut calls = 0;
     for i in kernel.iter() {
-        let Some(e) = g.expr(i) else { continue };
-        let Expr::Call {
-            callee: Callee::Op(op),
-            ..
-        } = g.module.expr(e)
-        else {
+        let (Some(e), Some(op)) = (g.expr(i), g.called_op(i)) else {
             continue;
         };
         calls += 1;
         let eff = p
             .efficiency
             .iter()
-            .find(|(o, _)| o == op)
+            .find(|(o, _)| *o == op)
             .map(|&(_, x)| x)
             .or(p.default_efficiency)
             .unwrap_or(1.0)

@@ -43,6 +43,21 @@ impl std::hash::Hash for IndexSet {
     }
 }
 
+/// Whether every member of `a` is in `c`, for sets given by their stored words
+/// ([`IndexSet::words`]).
+pub fn words_subset(a: &[(u32, u64)], c: &[(u32, u64)]) -> bool {
+    let mut rest = c;
+    for &(i, w) in a {
+        let p = rest.partition_point(|q| q.0 < i);
+        rest = &rest[p..];
+        match rest.first() {
+            Some(&(j, v)) if j == i && w & !v == 0 => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Merges two sorted word lists with `f` on the words at each index (zero where a side has
 /// none), keeping the non-zero results.
 fn merge(a: &[(u32, u64)], b: &[(u32, u64)], f: impl Fn(u64, u64) -> u64) -> Words {
@@ -276,16 +291,7 @@ impl IndexSet {
 
     /// Whether every member of `self` is in `other`.
     pub fn is_subset(&self, other: &IndexSet) -> bool {
-        let mut rest: &[(u32, u64)] = &other.words;
-        for &(i, w) in &self.words {
-            let p = rest.partition_point(|q| q.0 < i);
-            rest = &rest[p..];
-            match rest.first() {
-                Some(&(j, v)) if j == i && w & !v == 0 => {}
-                _ => return false,
-            }
-        }
-        true
+        words_subset(&self.words, &other.words)
     }
 
     /// The smallest member.

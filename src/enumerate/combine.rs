@@ -8,6 +8,7 @@
 
 use super::subgraph::{union_labels, SubGraph};
 use super::{Candidate, Eval};
+use crate::dataflow::index_set::words_subset;
 use crate::dataflow::IndexSet;
 use crate::ir::Expr;
 use crate::ops::OpPattern;
@@ -607,20 +608,6 @@ fn is_union_of(c: &[(u32, u64)], a: &[(u32, u64)], b: &[(u32, u64)]) -> bool {
 /// The number of members of a set given by its non-zero words.
 fn words_count(s: &[(u32, u64)]) -> usize {
     s.iter().map(|p| p.1.count_ones() as usize).sum()
-}
-
-/// Whether every member of `a` is in `c` (sets given by their non-zero words).
-fn words_subset(a: &[(u32, u64)], c: &[(u32, u64)]) -> bool {
-    let mut rest = c;
-    for &(i, w) in a {
-        let p = rest.partition_point(|q| q.0 < i);
-        rest = &rest[p..];
-        match rest.first() {
-            Some(&(j, v)) if j == i && w & !v == 0 => {}
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// A candidate's identity for de-duplication: its inside set, and each nested part's inside set

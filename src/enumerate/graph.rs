@@ -124,7 +124,12 @@ impl<'m> DataflowGraph<'m> {
 
     /// Whether node `i` is a call of a registered operator.
     pub fn is_op_call(&self, i: usize) -> bool {
-        self.expr(i).is_some_and(|e| self.module.is_op_call(e))
+        self.called_op(i).is_some()
+    }
+
+    /// The registered operator node `i` calls, if it is such a call.
+    pub fn called_op(&self, i: usize) -> Option<crate::ir::OpId> {
+        self.expr(i).and_then(|e| self.module.called_op(e))
     }
 
     /// Whether node `i` is the external root.

@@ -21,7 +21,7 @@ pub use graph::DataflowGraph;
 pub use subgraph::SubGraph;
 
 use crate::dataflow::IndexSet;
-use crate::ir::{AttrValue, Callee, Expr};
+use crate::ir::{AttrValue, Expr};
 use crate::ruletree::{Combiner, Program, Rule, SubGraphConfig, Target};
 use std::collections::HashSet;
 use subgraph::nest_labels;
@@ -272,15 +272,8 @@ impl Eval<'_, '_> {
             Rule::Ops { entries, prefix } => {
                 let mut out = Vec::new();
                 for i in 0..g.len() {
-                    let Some(e) = g.expr(i) else { continue };
-                    let Expr::Call {
-                        callee: Callee::Op(op),
-                        ..
-                    } = g.module.expr(e)
-                    else {
-                        continue;
-                    };
-                    let Some((_, guard)) = entries.iter().find(|(o, _)| o == op) else {
+                    let Some(op) = g.called_op(i) else { continue };
+                    let Some((_, guard)) = entries.iter().find(|(o, _)| *o == op) else {
                         continue;
                     };
                     if let Some(p) = guard {

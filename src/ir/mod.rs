@@ -355,13 +355,18 @@ impl Module {
 
     /// Whether an expression is a call of a registered operator.
     pub fn is_op_call(&self, id: ExprId) -> bool {
-        matches!(
-            self.expr(id),
+        self.called_op(id).is_some()
+    }
+
+    /// The registered operator an expression calls, if it is such a call.
+    pub fn called_op(&self, id: ExprId) -> Option<OpId> {
+        match self.expr(id) {
             Expr::Call {
-                callee: Callee::Op(_),
+                callee: Callee::Op(op),
                 ..
-            }
-        )
+            } => Some(*op),
+            _ => None,
+        }
     }
 
     /// The operand expressions of an expression, in order (callee first for non-operator calls).

@@ -95,9 +95,10 @@ pub(super) fn combine(
         fps.push(seen.fingerprint(&c.sub_graph.inside));
         kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
     }
-    // `mark[c] == query`: candidate `c` was already gathered for the current side.
-    let mut mark: Vec<u32> = vec![0; all.len()];
-    let mut query: u32 = 0;
+    let mut marks = Marks {
+        mark: vec![0; all.len()],
+        query: 0,
+    };
     let mut first_new = 0;
     loop {
         let mut added = Added::default();
@@ -117,72 +118,65 @@ pub(super) fn combine(
                 Combiner::ByKind(rules) => {
                     // Pairs with at least one side from the last round: new upstreams with any
                     // downstream, then old upstreams with new downstreams.
-                    let mut try_pair = |insides: &Insides,
-                                        ui: usize,
-                                        di: usize,
-                                        added: &mut Added| {
-                        if ui == di {
-                            return;
-                        }
-                        let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
-                        let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
-                        if !fires {
-                            return;
-                        }
-                        if plain_u
-                            && plain_d
-                            && seen.knows_plain_union(
-                                insides.get(ui),
-                                insides.get(di),
-                                fps[ui].wrapping_add(fps[di]),
-                            )
-                        {
-                            return;
-                        }
-                        let (up, down) = (&all[ui], &all[di]);
-                        // Partners are gathered only if they do not overlap the other side.
-                        debug_assert!(up.sub_graph.inside.is_disjoint(&down.sub_graph.inside));
-                        if (!(plain_u && plain_d)
-                            && seen.knows_union(&up.sub_graph, fps[ui], &down.sub_graph, fps[di]))
-                            || !up.sub_graph.touches(g, &down.sub_graph)
-                        {
-                            return;
-                        }
-                        let (a, b) = (&up.sub_graph, &down.sub_graph);
-                        if a.nested.is_empty() && b.nested.is_empty() {
-                            // Labelled at the end, if kept.
-                            let u = SubGraph::with(
-                                g,
-                                a.inside.union(&b.inside),
-                                a.kind.max(b.kind),
-                                String::new(),
-                                Vec::new(),
-                            );
-                            // A union too deep now is too deep from every other pair too.
-                            if seen.insert(&u) && u.depth <= max_depth {
-                                added.push(
-                                    cx.candidate(u, String::new()),
-                                    Some((ui as u32, di as u32)),
-                                );
+                    let mut try_pair =
+                        |insides: &Insides, ui: usize, di: usize, added: &mut Added| {
+                            if ui == di {
+                                return;
                             }
-                        } else {
-                            let up = resolved(&all, &origin, ui);
-                            let down = resolved(&all, &origin, di);
-                            if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
-                                if seen.insert(&u) && u.depth <= max_depth {
+                            let ((ku, plain_u), (kd, plain_d)) = (kinds[ui], kinds[di]);
+                            let fires = rules.iter().any(|(a, b)| ku <= *a && kd <= *b);
+                            if !fires {
+                                return;
+                            }
+                            if plain_u && plain_d {
+                                // Settled on the compact copies first, without the candidates.
+                                let fp = fps[ui].wrapping_add(fps[di]);
+                                if seen.knows_plain_union(insides.get(ui), insides.get(di), fp) {
+                                    return;
+                                }
+                                let (a, b) = (&all[ui].sub_graph, &all[di].sub_graph);
+                                // Partners are gathered only if they do not overlap the other side.
+                                debug_assert!(a.inside.is_disjoint(&b.inside));
+                                if !a.touches(g, b) {
+                                    return;
+                                }
+                                // Labelled at the end, if kept.
+                                let u = SubGraph::with(
+                                    g,
+                                    a.inside.union(&b.inside),
+                                    a.kind.max(b.kind),
+                                    String::new(),
+                                    Vec::new(),
+                                );
+                                // Not seen (just looked up). Recorded even if too deep: a union too
+                                // deep now is too deep from every other pair too.
+                                seen.record_plain(fp, u.inside.words());
+                                if u.depth <= max_depth {
                                     added.push(
-                                        cx.candidate(
-                                            u,
-                                            union_labels(&up.rule_name, &down.rule_name),
-                                        ),
-                                        None,
+                                        cx.candidate(u, String::new()),
+                                        Some((ui as u32, di as u32)),
                                     );
                                 }
+                            } else {
+                                let (a, b) = (&all[ui].sub_graph, &all[di].sub_graph);
+                                if seen.knows_nested_union(a, b) || !a.touches(g, b) {
+                                    return;
+                                }
+                                let up = resolved(&all, &origin, ui);
+                                let down = resolved(&all, &origin, di);
+                                if let Some(u) = up.sub_graph.disjoint_union(g, &down.sub_graph) {
+                                    if seen.insert(&u) && u.depth <= max_depth {
+                                        added.push(
+                                            cx.candidate(
+                                                u,
+                                                union_labels(&up.rule_name, &down.rule_name),
+                                            ),
+                                            None,
+                                        );
+                                    }
+                                }
                             }
-                        }
-                    };
-                    // Pairs with at least one side from the last round: new upstreams with any
-                    // downstream, then old upstreams with new downstreams.
+                        };
                     // The largest downstream kind each upstream kind may join, and vice versa.
                     let max_down = |k: OpPattern| {
                         rules
@@ -203,27 +197,16 @@ pub(super) fn combine(
                         let Some(limit) = max_down(up.sub_graph.kind) else {
                             continue;
                         };
-                        query += 1;
-                        insides.load(&up.sub_graph.inside);
-                        partners.clear();
-                        for o in up.sub_graph.output.iter() {
-                            for bucket in &by_entry[o][..=limit.min(KINDS - 1)] {
-                                for m in bucket {
-                                    let di = m.index as usize;
-                                    if insides.meets_first_word(m)
-                                        || mark[di] == query
-                                        || insides.overlaps(di)
-                                    {
-                                        mark[di] = query;
-                                        continue;
-                                    }
-                                    mark[di] = query;
-                                    partners.push(di);
-                                }
-                            }
-                        }
-                        insides.unload(&up.sub_graph.inside);
-                        partners.sort_unstable();
+                        let side = &up.sub_graph;
+                        let at = (&by_entry[..], limit, usize::MAX);
+                        gather(
+                            &mut insides,
+                            &mut marks,
+                            side,
+                            side.output.iter(),
+                            at,
+                            &mut partners,
+                        );
                         for &di in &partners {
                             try_pair(&insides, ui, di, &mut added);
                         }
@@ -232,31 +215,17 @@ pub(super) fn combine(
                         let Some(limit) = max_up(down.sub_graph.kind) else {
                             continue;
                         };
-                        query += 1;
-                        insides.load(&down.sub_graph.inside);
-                        partners.clear();
-                        for e in down.sub_graph.entry.iter() {
-                            for bucket in &by_output[e][..=limit.min(KINDS - 1)] {
-                                for m in bucket {
-                                    let ui = m.index as usize;
-                                    if ui >= first_new {
-                                        // Buckets are in index order.
-                                        break;
-                                    }
-                                    if insides.meets_first_word(m)
-                                        || mark[ui] == query
-                                        || insides.overlaps(ui)
-                                    {
-                                        mark[ui] = query;
-                                        continue;
-                                    }
-                                    mark[ui] = query;
-                                    partners.push(ui);
-                                }
-                            }
-                        }
-                        insides.unload(&down.sub_graph.inside);
-                        partners.sort_unstable();
+                        // Only old upstreams: pairs of two new ones were tried above.
+                        let side = &down.sub_graph;
+                        let at = (&by_output[..], limit, first_new);
+                        gather(
+                            &mut insides,
+                            &mut marks,
+                            side,
+                            side.entry.iter(),
+                            at,
+                            &mut partners,
+                        );
                         for &ui in &partners {
                             try_pair(&insides, ui, di, &mut added);
                         }
@@ -344,7 +313,7 @@ pub(super) fn combine(
             insides.push(&c.sub_graph.inside);
             fps.push(seen.fingerprint(&c.sub_graph.inside));
             kinds.push((c.sub_graph.kind, c.sub_graph.nested.is_empty()));
-            mark.push(0);
+            marks.mark.push(0);
         }
         origin.extend(added.origin);
         all.push_round(added.candidates);
@@ -568,6 +537,50 @@ impl Insides {
     }
 }
 
+/// Which candidates were already gathered for the current side of the pair search:
+/// `mark[c] == query` for those.
+struct Marks {
+    mark: Vec<u32>,
+    query: u32,
+}
+
+/// The partners of `side` for the pair search, into `partners` in index order: the candidates
+/// listed in `index` (by entry or by output) at `nodes` (its outputs or entries), with kinds up
+/// to `limit` and indices below `below`, each once, leaving out those that overlap `side`.
+fn gather(
+    insides: &mut Insides,
+    marks: &mut Marks,
+    side: &SubGraph,
+    nodes: impl Iterator<Item = usize>,
+    (index, limit, below): (&[Buckets], usize, usize),
+    partners: &mut Vec<usize>,
+) {
+    marks.query += 1;
+    let query = marks.query;
+    insides.load(&side.inside);
+    partners.clear();
+    for n in nodes {
+        for bucket in &index[n][..=limit.min(KINDS - 1)] {
+            for m in bucket {
+                let k = m.index as usize;
+                if k >= below {
+                    // Buckets are in index order.
+                    break;
+                }
+                if marks.mark[k] == query {
+                    continue;
+                }
+                marks.mark[k] = query;
+                if !insides.meets_first_word(m) && !insides.overlaps(k) {
+                    partners.push(k);
+                }
+            }
+        }
+    }
+    insides.unload(&side.inside);
+    partners.sort_unstable();
+}
+
 /// Number of distinct kind values (`OpPattern` discriminants 0..=8).
 const KINDS: usize = 9;
 
@@ -661,13 +674,18 @@ impl Seen {
         if self.any_with(fp, |s| s == w) {
             return false;
         }
+        self.record_plain(fp, w);
+        true
+    }
+
+    /// Records a plain inside set (given by its words, with fingerprint `fp`) not seen before.
+    fn record_plain(&mut self, fp: u64, w: &[(u32, u64)]) {
         let k = self.sets.len() as u32;
         self.sets
             .push((fp, self.words.len() as u32, w.len() as u32));
         self.words.extend_from_slice(w);
         let sets = &self.sets;
         self.plain.insert_unique(fp, k, |&j| sets[j as usize].0);
-        true
     }
 
     /// Whether some recorded plain inside set with fingerprint `fp` satisfies `pred` (given its
@@ -687,15 +705,10 @@ impl Seen {
     }
 
     /// Whether a sub-graph without nested parts whose inside set is `inside` (with fingerprint
-    /// `fp`) plus node `o` was already seen.
+    /// `fp`) plus node `o` (outside it) was already seen.
     fn knows_plus(&self, fp: u64, inside: &IndexSet, o: usize) -> bool {
-        self.any_with(fp.wrapping_add(self.node_hash[o]), |s| {
-            let (k, bit) = ((o / 64) as u32, 1u64 << (o % 64));
-            let has_o = s
-                .binary_search_by_key(&k, |p| p.0)
-                .is_ok_and(|p| s[p].1 & bit != 0);
-            has_o && words_count(s) == inside.count() + 1 && words_subset(inside.words(), s)
-        })
+        let node = [((o / 64) as u32, 1u64 << (o % 64))];
+        self.knows_plain_union(inside.words(), &node, fp.wrapping_add(self.node_hash[o]))
     }
 
     /// Whether a sub-graph without nested parts whose inside set is the union of the disjoint
@@ -704,15 +717,10 @@ impl Seen {
         self.any_with(fp, |s| is_union_of(s, a, b))
     }
 
-    /// Whether the union of two disjoint sub-graphs, whose inside sets have fingerprints
-    /// `fa` and `fb`, was already seen.
-    fn knows_union(&self, a: &SubGraph, fa: u64, b: &SubGraph, fb: u64) -> bool {
-        if a.nested.is_empty() && b.nested.is_empty() {
-            let (a, b) = (&a.inside, &b.inside);
-            self.knows_plain_union(a.words(), b.words(), fa.wrapping_add(fb))
-        } else {
-            self.keys.contains(&union_key(a, b))
-        }
+    /// Whether the union of two disjoint sub-graphs, at least one with nested parts, was
+    /// already seen.
+    fn knows_nested_union(&self, a: &SubGraph, b: &SubGraph) -> bool {
+        self.keys.contains(&union_key(a, b))
     }
 }
 

@@ -90,7 +90,6 @@ impl SubGraph {
             // path from an entry to each node (`d`, zero when no entry reaches it).
             let mut depth = 0;
             for i in inside.iter() {
-                sc.members.push(i);
                 let mut is_entry = false;
                 let mut d = 0;
                 for inp in g.inputs(i) {
@@ -122,7 +121,7 @@ impl SubGraph {
                     sc.exit.push(i);
                 }
             }
-            for &i in &sc.members {
+            for i in inside.iter() {
                 sc.d[i] = 0;
             }
             SubGraph {
@@ -193,7 +192,6 @@ impl SubGraph {
 
     /// Whether `self` (upstream) and `other` (downstream) touch (§4.5): disjoint, some output of
     /// `self` is an entry of `other`, and neither flows back into the other.
-    #[inline(never)]
     pub fn touches(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
         self.inside.is_disjoint(&other.inside)
             && self.output.intersects(&other.entry)
@@ -222,7 +220,7 @@ impl SubGraph {
         if self.inside.intersects(&other.inside) {
             return None;
         }
-        let nested = merge_nested(g, self.nested.clone(), other, true)?;
+        let nested = merge_nested(g, self.nested.clone(), other);
         Some(self.union_with_nested(g, other, nested))
     }
 
@@ -237,10 +235,7 @@ impl SubGraph {
         if self.inside.intersects(&other.inside) {
             return Err(Box::new(self));
         }
-        let nested = std::mem::take(&mut self.nested);
-        // Nested parts of disjoint sub-graphs are disjoint, so every merge succeeds; were one
-        // to fail, the parts would stay side by side.
-        let nested = merge_nested(g, nested, other, false).unwrap_or_default();
+        let nested = merge_nested(g, std::mem::take(&mut self.nested), other);
         Ok(self.union_with_nested(g, other, nested))
     }
 
@@ -319,14 +314,12 @@ pub fn nest_labels(l: &str, r: &str) -> String {
 }
 
 /// `nested` with `other`'s nested sub-graphs added, each merged into a trivially unionable one
-/// where there is one. A merge fails if the two overlap: then `None` if `strict`, else the two
-/// stay side by side (so the result is always `Some`).
+/// disjoint from it where there is one.
 fn merge_nested(
     g: &DataflowGraph<'_>,
     mut nested: Vec<(SubGraph, FnAttrs)>,
     other: &SubGraph,
-    strict: bool,
-) -> Option<Vec<(SubGraph, FnAttrs)>> {
+) -> Vec<(SubGraph, FnAttrs)> {
     for (sub, attrs) in &other.nested {
         let pos = nested
             .iter()
@@ -337,18 +330,17 @@ fn merge_nested(
         };
         // The part grows in place (its own nested parts move, they are not copied).
         let part = std::mem::replace(&mut nested[p].0, SubGraph::placeholder());
+        // The two are disjoint (so chosen), so the merge succeeds; were it not to, they would
+        // stay side by side.
         match part.absorb(g, sub) {
             Ok(merged) => nested[p].0 = merged,
             Err(part) => {
                 nested[p].0 = *part;
-                if strict {
-                    return None;
-                }
                 nested.push((sub.clone(), attrs.clone()));
             }
         }
     }
-    Some(nested)
+    nested
 }
 
 /// Same attributes, no `Composite` among them: nested `Primitive`/`Compiler` wrappers merge,
@@ -363,8 +355,7 @@ fn trivially_unionable(a: &FnAttrs, b: &FnAttrs) -> bool {
 /// Buffers for [`SubGraph::with`], reused between calls.
 #[derive(Default)]
 struct Scratch {
-    /// The inside nodes in index order, and those that are entries and exits.
-    members: Vec<usize>,
+    /// The inside nodes that are entries and exits, in index order.
     entry: Vec<usize>,
     exit: Vec<usize>,
     /// Inputs and outputs, possibly repeated.
@@ -376,7 +367,6 @@ struct Scratch {
 
 impl Scratch {
     fn clear(&mut self) {
-        self.members.clear();
         self.entry.clear();
         self.exit.clear();
         self.input.clear();

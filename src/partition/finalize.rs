@@ -26,28 +26,22 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
     let mut host_inside = g.empty_set();
     let mut host_cost = 0.0;
     let mut host_parts: Vec<usize> = Vec::new();
-    let mut host_target = None;
-    let mut parts: Vec<super::Partition> = Vec::new();
+    // The others, each as its sub-graph with what merges along with it.
+    let mut parts: Vec<(SubGraph, Merged)> = Vec::new();
     for &k in &plan.chosen {
         let c = &plan.candidates[k];
         if program.targets[c.target].is_host {
-            host_target.get_or_insert(c.target);
             host_inside.union_with(&c.sub_graph.inside);
             host_cost += plan.cost_of(k);
             host_parts.push(k);
         } else {
-            parts.push(super::Partition {
-                target: c.target,
-                sub_graph: c.sub_graph.clone(),
-                cost: plan.cost_of(k),
-                parts: vec![k],
-                name: String::new(),
-            });
+            let payload = (c.target, plan.cost_of(k), vec![k]);
+            parts.push((c.sub_graph.clone(), payload));
         }
     }
     // One host candidate keeps its own sub-graph; several make one over all their nodes.
-    let host = host_target.map(|target| super::Partition {
-        target,
+    let host = host_parts.first().copied().map(|first| super::Partition {
+        target: plan.candidates[first].target,
         sub_graph: match host_parts[..] {
             [k] => plan.candidates[k].sub_graph.clone(),
             _ => SubGraph::new(g, host_inside),
@@ -60,29 +54,32 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
     let byoc = |t: usize| program.targets[t].compiler.is_some();
     let merged = super::greedy::merge_touching_by(
         g,
-        parts
-            .into_iter()
-            .map(|p| {
-                let sg = p.sub_graph.clone();
-                (sg, p)
-            })
-            .collect(),
-        |a, b| a.target == b.target && byoc(a.target),
+        parts,
+        |a, b| a.0 == b.0 && byoc(a.0),
         |mut a, b| {
-            a.cost += b.cost;
-            a.parts.extend(b.parts);
+            a.1 += b.1;
+            a.2.extend(b.2);
             a
         },
     );
+    // In node order, as merging leaves them.
     let mut parts: Vec<super::Partition> = merged
         .into_iter()
-        .map(|(sub_graph, p)| super::Partition { sub_graph, ..p })
+        .map(|(sub_graph, (target, cost, parts))| super::Partition {
+            target,
+            sub_graph,
+            cost,
+            parts,
+            name: String::new(),
+        })
         .collect();
-    parts.sort_by(|a, b| a.sub_graph.order(&b.sub_graph));
     name_partitions(g, program, &mut parts);
     parts.extend(host);
     parts
 }
+
+/// What merges along with a partition's sub-graph: its target, cost and candidates.
+type Merged = (usize, f64, Vec<usize>);
 
 /// Names: `collage_<compiler>_<what>` for BYOC partitions (shared by equal structures),
 /// `<target>_<k>` for native ones.

@@ -122,13 +122,21 @@ impl Plan {
 
     /// The search items of the candidates.
     pub fn items(&self) -> Vec<Item> {
-        (0..self.candidates.len())
-            .map(|k| Item {
-                nodes: self.candidates[k].sub_graph.inside.iter().collect(),
-                cost: self.cost_of(k),
-            })
-            .collect()
+        search_items(&self.candidates, &self.costs, &self.penalties)
     }
+}
+
+/// The search item of each candidate: its nodes, and its estimate plus penalty.
+fn search_items(candidates: &[Candidate], costs: &[Cost], penalties: &[f64]) -> Vec<Item> {
+    candidates
+        .iter()
+        .zip(costs)
+        .zip(penalties)
+        .map(|((c, &cost), &p)| Item {
+            nodes: c.sub_graph.inside.iter().collect(),
+            cost: search_cost(cost, p),
+        })
+        .collect()
 }
 
 /// The cost the search uses: estimate plus penalty, or +∞ when the estimate is not usable.
@@ -274,15 +282,7 @@ pub fn partition_on_devices(
         .iter()
         .map(|c| transition_penalty(g, program, c))
         .collect();
-    let items: Vec<Item> = candidates
-        .iter()
-        .zip(&est.costs)
-        .zip(&penalties)
-        .map(|((c, &cost), &p)| Item {
-            nodes: c.sub_graph.inside.iter().collect(),
-            cost: search_cost(cost, p),
-        })
-        .collect();
+    let items = search_items(&candidates, &est.costs, &penalties);
     // Greedy regions that are not also enumerated candidates take part only as whole greedy
     // placements: mixed into the search they would let covered sets differ far beyond the
     // lowest uncovered node, and the number of states would grow exponentially with the model.
@@ -409,7 +409,11 @@ pub fn transition_penalty(g: &DataflowGraph<'_>, program: &Program, c: &Candidat
 pub struct Acyclic<'a, 'g> {
     g: &'a DataflowGraph<'g>,
     candidates: &'a [Candidate],
-    forward: bool,
+    /// With forward edges, node indices: the order the cycle test is bounded in.
+    rank: Option<Vec<usize>>,
+    /// Scratch for the cycle test: the part of each node (`usize::MAX` for none), kept clear
+    /// between tests, and [`Reach`].
+    scratch: std::cell::RefCell<(Vec<usize>, Reach)>,
 }
 
 impl<'a, 'g> Acyclic<'a, 'g> {
@@ -418,7 +422,8 @@ impl<'a, 'g> Acyclic<'a, 'g> {
         Acyclic {
             g,
             candidates,
-            forward: edges_go_forward(g),
+            rank: edges_go_forward(g).then(|| (0..g.len()).collect()),
+            scratch: std::cell::RefCell::new((vec![usize::MAX; g.len()], Reach::default())),
         }
     }
 }
@@ -435,64 +440,40 @@ impl Compatible for Acyclic<'_, '_> {
     }
 
     fn compatible(&self, chosen: &[usize], k: usize) -> bool {
-        let mut parts: Vec<&IndexSet> = chosen
+        let parts: Vec<&IndexSet> = chosen
             .iter()
+            .chain([&k])
             .map(|&j| &self.candidates[j].sub_graph.inside)
             .collect();
-        parts.push(&self.candidates[k].sub_graph.inside);
-        !returns_to(self.g, &parts, parts.len() - 1, self.forward)
-    }
-}
-
-/// Whether, with each of the disjoint `parts` run as one unit (all its inputs before any of
-/// its outputs) and every other node on its own, some path leaves `parts[from]` and comes back.
-/// `forward`: [`edges_go_forward`], which allows pruning.
-pub fn returns_to(g: &DataflowGraph<'_>, parts: &[&IndexSet], from: usize, forward: bool) -> bool {
-    const ALONE: u32 = u32::MAX;
-    let mut unit = vec![ALONE; g.len()];
-    // When edges go from lower to higher indices, a node on its own above every part's nodes
-    // cannot lead back into a part.
-    let mut last = if forward { 0 } else { usize::MAX };
-    for (p, s) in parts.iter().enumerate() {
-        for i in s.iter() {
-            unit[i] = p as u32;
-            if forward {
-                last = last.max(i);
+        let from = parts.len() - 1;
+        let mut scratch = self.scratch.borrow_mut();
+        let (owner, reach) = &mut *scratch;
+        for (p, s) in parts.iter().enumerate() {
+            for i in s.iter() {
+                owner[i] = p;
             }
         }
-    }
-    let from_unit = from as u32;
-    let mut seen = vec![false; g.len()];
-    let mut part_done = vec![false; parts.len()];
-    let mut stack: Vec<usize> = Vec::new();
-    // Edges within a part are not followed; every node on its own is a unit of its own.
-    let push_outputs = |i: usize, own: u32, stack: &mut Vec<usize>, seen: &mut [bool]| {
-        for o in g.outputs(i) {
-            let o = o.index();
-            if (unit[o] != own || own == ALONE) && !seen[o] && (unit[o] != ALONE || o < last) {
-                seen[o] = true;
-                stack.push(o);
+        // No node above every part's nodes leads back into one.
+        let last = parts.iter().filter_map(|s| s.last()).max().unwrap_or(0);
+        let limit = self.rank.as_deref().map(|rank| (rank, last));
+        let part = |p: usize| Some(parts[p]);
+        let cycle = returns_to_among(
+            self.g,
+            owner,
+            parts.len(),
+            &part,
+            parts[from],
+            &[from],
+            limit,
+            reach,
+        );
+        for s in &parts {
+            for i in s.iter() {
+                owner[i] = usize::MAX;
             }
         }
-    };
-    for i in parts[from].iter() {
-        push_outputs(i, from_unit, &mut stack, &mut seen);
+        !cycle
     }
-    while let Some(v) = stack.pop() {
-        let u = unit[v];
-        if u == from_unit {
-            return true;
-        }
-        if u == ALONE {
-            push_outputs(v, ALONE, &mut stack, &mut seen);
-        } else if !part_done[u as usize] {
-            part_done[u as usize] = true;
-            for i in parts[u as usize].iter() {
-                push_outputs(i, u, &mut stack, &mut seen);
-            }
-        }
-    }
-    false
 }
 
 /// A topological order of a graph whose edges go forward ([`edges_go_forward`]) that keeps
@@ -540,10 +521,11 @@ impl Reach {
     }
 }
 
-/// [`returns_to`] for parts kept in slots that change as they merge: `owner[v]` is the slot of
-/// node `v` (`usize::MAX` for none) and `part(k)` the nodes of slot `k` (`None` once emptied),
-/// for `k < slots`. The unit tested is `from`, which must be exactly the nodes of the slots in
-/// `from_slots`.
+/// Whether, with each part run as one unit (all its inputs before any of its outputs) and
+/// every other node on its own, some path leaves the unit `from` and comes back into it. The
+/// parts are kept in slots (which may change as parts merge): `owner[v]` is the slot of node `v`
+/// (`usize::MAX` for none) and `part(k)` the nodes of slot `k` (`None` once emptied), for
+/// `k < slots`. `from` must be exactly the nodes of the slots in `from_slots`.
 ///
 /// With `limit = Some((rank, bound))`, only nodes whose rank is at most `bound` are followed.
 /// `rank` must be a topological order (every edge goes to a higher rank), and then any `bound`
@@ -607,12 +589,6 @@ pub fn returns_to_among<'p>(
     false
 }
 
-/// Whether a target is native (not BYOC, not host).
-fn is_native(program: &Program, t: usize) -> bool {
-    let t = &program.targets[t];
-    t.compiler.is_none() && !t.is_host
-}
-
 /// The cost of the best cover using only the candidates `keep` allows.
 fn restricted(
     n: usize,
@@ -653,7 +629,8 @@ fn greedy_placement(
 
 /// Native targets and the host: what every baseline may use.
 fn is_base(program: &Program, t: usize) -> bool {
-    is_native(program, t) || program.targets[t].is_host
+    let t = &program.targets[t];
+    t.compiler.is_none() || t.is_host
 }
 
 /// The baselines; `acyclic` carries the graph and the candidates.

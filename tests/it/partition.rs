@@ -771,8 +771,8 @@ fn brute_returns_to(
 proptest! {
     #![proptest_config(crate::enumerate_props::config())]
 
-    /// `returns_to` and `returns_to_among` (unbounded, and bounded where no part straddles the
-    /// bound) agree with the search over the unit graph, for random parts of random models,
+    /// `returns_to_among` (unbounded, and bounded where no part straddles the
+    /// bound) agrees with the search over the unit graph, for random parts of random models,
     /// with the tested unit made of one part or of two.
     #[test]
     fn cycle_tests_match_brute_force(
@@ -799,7 +799,7 @@ proptest! {
         let from_nodes: std::collections::BTreeSet<usize> =
             from_slots.iter().flat_map(|&k| slots[k].iter().copied()).collect();
         prop_assume!(!from_nodes.is_empty());
-        // The parts as `returns_to` and the brute force see them: the tested unit first.
+        // The parts as the brute force sees them: the tested unit first.
         let mut parts = vec![from_nodes.clone()];
         parts.extend((0..4).filter(|k| !from_slots.contains(k)).map(|k| slots[k].clone()));
         let expected = brute_returns_to(&g, &parts, 0);
@@ -807,9 +807,7 @@ proptest! {
             .iter()
             .map(|p| IndexSet::from_indices(g.len(), p.iter().copied()))
             .collect();
-        let refs: Vec<&IndexSet> = sets.iter().collect();
         let forward = partition::edges_go_forward(&g);
-        prop_assert_eq!(partition::returns_to(&g, &refs, 0, forward), expected, "{}", text);
         let slot_sets: Vec<IndexSet> = slots
             .iter()
             .map(|p| IndexSet::from_indices(g.len(), p.iter().copied()))

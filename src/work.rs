@@ -18,7 +18,7 @@
 //! Every built-in operator has an explicit entry in [`op_work`]; only operators declared in rules
 //! files reach its fallback.
 
-use crate::ir::{AttrValue, Callee, DType, Dim, Expr, ExprId, Module, TensorType, Type};
+use crate::ir::{AttrValue, Attrs, Callee, DType, Dim, Expr, ExprId, Module, TensorType, Type};
 use crate::ops::layout::Layout;
 use crate::ops::{self, OpDef};
 
@@ -291,7 +291,7 @@ pub fn call_flops(module: &Module, call: ExprId) -> f64 {
         module,
         def,
         args,
-        attrs: &attrs.values,
+        attrs,
         result: module.types.get(call.index()).and_then(Option::as_ref),
     };
     let flops = cx.flops(op_work(def.name));
@@ -314,7 +314,7 @@ struct CallCx<'a> {
     module: &'a Module,
     def: &'static OpDef,
     args: &'a [ExprId],
-    attrs: &'a [AttrValue],
+    attrs: &'a Attrs,
     result: Option<&'a Type>,
 }
 
@@ -407,11 +407,7 @@ impl CallCx<'_> {
     }
 
     fn attr(&self, name: &str) -> Option<&AttrValue> {
-        self.def
-            .attrs
-            .iter()
-            .position(|f| f.name == name)
-            .and_then(|i| self.attrs.get(i))
+        self.attrs.get(self.def.attrs, name)
     }
 
     fn flag(&self, name: &str) -> bool {

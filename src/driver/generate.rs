@@ -48,42 +48,18 @@ pub fn generate_command(what: Generated, output: Option<&Path>) -> Outcome {
         Generated::Gpt2 { layers } => crate::gen::gpt2(layers),
         Generated::Bert { layers, seq } => crate::gen::bert_large(layers, seq),
     };
-    let written = match output {
-        Some(path) => write_atomically(path, text.as_bytes()),
-        None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes()).and_then(|_| out.flush())
-        }
-    };
-    match written {
+    if let Some(path) = output {
+        return match super::write_output(path, &text) {
+            Ok(()) => Outcome::Ok,
+            Err(o) => o,
+        };
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Outcome::Ok,
         Err(e) => {
-            let target = output.map_or("standard output".to_string(), |p| {
-                format!("`{}`", p.display())
-            });
-            eprintln!("error[{}]: cannot write {target}: {e}", E0902.id);
+            eprintln!("error[{}]: cannot write standard output: {e}", E0902.id);
             Outcome::Usage
         }
     }
-}
-
-/// Writes `bytes` to a temporary file next to `path` and renames it over `path`, so readers see
-/// either the old file or the complete new one.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("the output path names no file"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
-    });
-    let result = result.and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

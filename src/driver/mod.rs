@@ -43,6 +43,39 @@ pub fn out(text: &str) {
         .and_then(|()| stdout.flush());
 }
 
+/// Writes `bytes` to a temporary file next to `path` and renames it over `path`, so readers see
+/// either the old file or the complete new one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the output path names no file"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = std::fs::File::create(&tmp).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()
+    });
+    let result = result.and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes an output file atomically, or reports why it cannot.
+pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
+    write_atomically(path, text.as_bytes()).map_err(|e| {
+        eprintln!(
+            "error[{}]: cannot write `{}`: {e}",
+            crate::diag::E0902.id,
+            path.display()
+        );
+        Outcome::Usage
+    })
+}
+
 /// Reads a file into the source map, or prints an error.
 pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source::FileId, Outcome> {
     match std::fs::read(path) {
@@ -221,6 +254,4 @@ pub mod partition;
 pub use candidates::candidates_command;
 pub use devices::{parse_device_arg, plan_devices_command, DeviceForm};
 pub use fuse::{fuse_command, fuse_json, fuse_node_desc, fuse_node_name, fuse_text};
-pub use generate::{
-    generate_command, write_atomically, Generated, MAX_GENERATED_LAYERS, MAX_GENERATED_SEQ,
-};
+pub use generate::{generate_command, Generated};

@@ -12,7 +12,7 @@ use crate::partition::{self, Partition, PartitionError, Plan, Progress as _};
 use crate::ruletree::Program;
 use crate::source::SourceMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Report formats.
@@ -205,12 +205,12 @@ pub fn partition_command(req: &Request) -> Outcome {
     bar.hide();
     let elapsed = start.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &req.output {
-        if let Err(o) = write_atomically(path, &text) {
+        if let Err(o) = super::write_output(path, &text) {
             return o;
         }
     }
     if let Some(path) = &req.dot {
-        if let Err(o) = write_atomically(path, &dot(&m, &g, &program, &plan)) {
+        if let Err(o) = super::write_output(path, &dot(&m, &g, &program, &plan)) {
             return o;
         }
     }
@@ -344,18 +344,6 @@ fn error_diagnostic(
             "while partitioning this function",
         ),
     }
-}
-
-/// Writes an output file atomically, or reports why it cannot.
-fn write_atomically(path: &Path, text: &str) -> Result<(), Outcome> {
-    super::generate::write_atomically(path, text.as_bytes()).map_err(|e| {
-        eprintln!(
-            "error[{}]: cannot write `{}`: {e}",
-            diag::E0902.id,
-            path.display()
-        );
-        Outcome::Usage
-    })
 }
 
 /// The operator calls of a partition: (node, operator name).

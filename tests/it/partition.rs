@@ -642,9 +642,9 @@ fn table_costs_by_fingerprint_with_fallback() {
     }
 }
 
-/// `--dot` writes one cluster per partition, labelled with its name, target and cost, and an
-/// edge per dataflow edge between shown nodes; without a terminal nothing but diagnostics goes
-/// to stderr (no progress bar).
+/// `--dot` writes one cluster per partition, its label starting with the partition's name and
+/// target, and dataflow edges; without a terminal nothing but diagnostics goes to stderr (no
+/// progress bar). Colours and the cost in each label are not checked.
 #[test]
 fn dot_picture_has_a_cluster_per_partition() {
     let dir = std::env::temp_dir().join(format!("collage-dot-{}", std::process::id()));
@@ -848,4 +848,60 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn the_command_reports_planned_devices_and_explains_device_conflicts() {
+    let model = "tests/fixtures/partition-devices/two-devices.relay";
+    let out = collage(["partition", model, "--format", "json", "-o", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices: Vec<(String, String)> = report["functions"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let field = |k: &str| p[k].as_str().unwrap().to_string();
+            (field("target"), field("device"))
+        })
+        .collect();
+    let cuda = r#"VirtualDevice(device="cuda", id=0)"#.to_string();
+    let cpu = r#"VirtualDevice(device="cpu", id=0)"#.to_string();
+    assert_eq!(
+        devices,
+        [
+            ("cutlass".to_string(), cuda),
+            ("tvm_cpu".to_string(), cpu.clone()),
+            ("host".to_string(), cpu)
+        ]
+    );
+    let table = collage(["partition", model, "-o", "/dev/null"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = |target: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(target))
+            .unwrap_or_else(|| panic!("no {target} row in\n{text}"))
+            .to_string()
+    };
+    assert!(row("cutlass").contains("cuda:0"), "{text}");
+    assert!(row("tvm_cpu").contains("cpu:0"), "{text}");
+    // Without a target on the CPU, the CPU-pinned tail has nowhere to run: E2101 names the
+    // planned device.
+    let stuck = collage([
+        "partition",
+        model,
+        "--target",
+        "tvm",
+        "--target",
+        "cutlass",
+        "-o",
+        "/dev/null",
+    ]);
+    assert_eq!(stuck.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&stuck.stderr);
+    assert!(err.contains("error[E2101]"), "{err}");
+    assert!(
+        err.contains(r#"its planned device is VirtualDevice(device="cpu", id=0)"#),
+        "{err}"
+    );
 }

@@ -13,7 +13,7 @@
 //! line `// expect-error: E0701` makes the scenario one that must fail with that code, pointing
 //! at two places.
 
-use crate::support::{load_text, rel, root, round_trip};
+use crate::support::{load_text, load_text_ok, rel, root, round_trip};
 use collage::devices::{expand, plan_devices, DevicePlan};
 use collage::driver::parse_device_arg;
 use collage::ir::equal::{modules_correspondence, modules_equal};
@@ -41,11 +41,6 @@ fn header<'t>(text: &'t str, key: &str) -> Option<&'t str> {
         .map(str::trim)
 }
 
-fn load(name: &str, text: &str) -> Module {
-    let (sources, _, result) = load_text(name, text);
-    result.unwrap_or_else(|d| panic!("{name} does not load:\n{}", d.render_plain(&sources)))
-}
-
 #[test]
 fn device_scenarios_plan_to_their_expected_minimal_form() {
     let files = scenarios();
@@ -68,13 +63,13 @@ fn check_scenario(path: &Path) {
     let (input_text, expected_text) = text
         .split_once(SEPARATOR)
         .unwrap_or_else(|| panic!("{name}: no `{SEPARATOR}` line"));
-    let input = load(&name, input_text);
+    let input = load_text_ok(&name, input_text);
     let plan = plan_devices(&input, &default).unwrap_or_else(|d| {
         let (sources, _, _) = load_text(&name, input_text);
         panic!("{name}: planning failed:\n{}", d.render_plain(&sources))
     });
     let printed = print_module(&plan.module);
-    let expected = load(&format!("{name} (expected)"), expected_text);
+    let expected = load_text_ok(&format!("{name} (expected)"), expected_text);
 
     // DP(parse(input)) == DPL(parse(expected)).
     let pairs = modules_correspondence(&plan.module, &expected).unwrap_or_else(|e| {
@@ -98,7 +93,7 @@ fn check_scenario(path: &Path) {
     compare_result_devices(&name, &plan, &expected, &pairs);
 
     // parse(print(DP(input))) == parse(expected).
-    let reparsed = load(&format!("{name} (printed)"), &printed);
+    let reparsed = load_text_ok(&format!("{name} (printed)"), &printed);
     if let Err(e) = modules_equal(&reparsed, &expected) {
         panic!(
             "{name}: printed plan differs from the expected one: {e}\n--- planned ---\n{printed}"
@@ -108,7 +103,7 @@ fn check_scenario(path: &Path) {
     // The complete form (devices in comments) reads back as the same module.
     let complete_text =
         print_module_with_devices(&plan.module, PrintOptions::default(), &plan.devices);
-    let reparsed_complete = load(&format!("{name} (complete)"), &complete_text);
+    let reparsed_complete = load_text_ok(&format!("{name} (complete)"), &complete_text);
     if let Err(e) = modules_equal(&reparsed_complete, &expected) {
         panic!("{name}: the complete form does not read back: {e}\n{complete_text}");
     }

@@ -10,7 +10,7 @@
 //!   BYOC target T used alone the cost is at most T's greedy placement (the RFC's success
 //!   metric 3) and at most native TVM alone.
 
-use crate::support::{collage, collage_in, load_ok, root};
+use crate::support::{collage, collage_in, corpus, load_ok, root};
 use collage::cost::cache::estimate_all;
 use collage::cost::mock::Mock;
 use collage::cost::{Cost, Estimator, Request};
@@ -329,23 +329,6 @@ fn library_with(keep: &dyn Fn(&collage::ruletree::Target) -> bool) -> Program {
         t.refines = None;
     }
     out
-}
-
-fn corpus() -> Vec<(String, Module)> {
-    let mut names: Vec<String> = std::fs::read_dir(root().join("tests/models"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".relay"))
-        .collect();
-    names.sort();
-    names
-        .into_iter()
-        .map(|n| {
-            let m = load_ok(&root().join("tests/models").join(&n));
-            (n, m)
-        })
-        .collect()
 }
 
 #[test]

@@ -53,15 +53,13 @@ pub fn load_text(name: &str, text: &str) -> (SourceMap, FileId, Result<Module, D
 /// Parses and type-checks a file; panics with rendered diagnostics on failure.
 pub fn load_ok(path: &Path) -> Module {
     let text = std::fs::read_to_string(path).expect("readable fixture");
-    let (sources, _, result) = load_text(&rel(path), &text);
-    match result {
-        Ok(m) => m,
-        Err(d) => panic!(
-            "{} failed to load:\n{}",
-            rel(path),
-            d.render_plain(&sources)
-        ),
-    }
+    load_text_ok(&rel(path), &text)
+}
+
+/// Parses and type-checks text named `name`; panics with rendered diagnostics on failure.
+pub fn load_text_ok(name: &str, text: &str) -> Module {
+    let (sources, _, result) = load_text(name, text);
+    result.unwrap_or_else(|d| panic!("{name} failed to load:\n{}", d.render_plain(&sources)))
 }
 
 /// Prints, re-parses and re-prints a module, checking structural equality and the fixed point.
@@ -82,4 +80,18 @@ pub fn round_trip(name: &str, m: &Module) -> String {
     let reprinted = collage::relay::print::print_module(&again);
     assert_eq!(printed, reprinted, "{name}: printing is not a fixed point");
     printed
+}
+
+/// Every model of `tests/models/`, loaded, by file stem in name order.
+pub fn corpus() -> Vec<(String, Module)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests/models")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "relay") {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            out.push((name, load_ok(&path)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }

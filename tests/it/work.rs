@@ -1,23 +1,10 @@
 //! The per-operator work model (`collage::work`) over the model corpus: totals against known
 //! model sizes, and no corpus operator left to the fallback formula.
 
-use crate::support::{load_ok, root};
+use crate::support::corpus;
 use collage::ir::{Callee, Expr, ExprId, Module};
 use collage::work::{call_flops, module_flops, op_work, OpWork};
 use std::collections::BTreeSet;
-
-fn corpus() -> Vec<(String, Module)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(root().join("tests/models")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "relay") {
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            out.push((name, load_ok(&path)));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
 
 /// Every operator call of a module: (expression, operator name).
 fn op_calls(m: &Module) -> Vec<(ExprId, &'static str)> {

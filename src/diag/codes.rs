@@ -200,4 +200,6 @@ codes! {
     E0901 = "E0901", "cannot read file";
     /// An output file that cannot be written.
     E0902 = "E0902", "cannot write file";
+    /// An output path that names an input or another output of the same command.
+    E0903 = "E0903", "output path collides";
 }

@@ -61,14 +61,13 @@ pub fn candidates_command(
         |ti: usize| targets.is_empty() || targets.iter().any(|t| *t == program.targets[ti].name);
     if json {
         let v = candidates_json(&m, &g, &program, &e, &keep);
-        super::out(&format!(
+        super::written(super::out(&format!(
             "{}\n",
             serde_json::to_string_pretty(&v).unwrap_or_default()
-        ));
+        )))
     } else {
-        super::out(&candidates_text(&m, &g, &program, &e, &keep));
+        super::written(super::out(&candidates_text(&m, &g, &program, &e, &keep)))
     }
-    Outcome::Ok
 }
 
 /// How a node is named in listings: its `%name` in the source, else `#index`.

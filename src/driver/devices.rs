@@ -61,8 +61,7 @@ pub fn plan_devices_command(
         DeviceForm::Minimal => print_module_with(&plan.module, opts),
         DeviceForm::Complete => print_module_with_devices(&plan.module, opts, &plan.devices),
     };
-    super::out(&text);
-    Outcome::Ok
+    super::written(super::out(&text))
 }
 
 #[cfg(test)]

@@ -19,14 +19,13 @@ pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
     let result = crate::fuse::fuse(&m, main, max_depth);
     if json {
         let v = fuse_json(&m, main, max_depth, &result);
-        super::out(&format!(
+        super::written(super::out(&format!(
             "{}\n",
             serde_json::to_string_pretty(&v).unwrap_or_default()
-        ));
+        )))
     } else {
-        super::out(&fuse_text(&m, main, max_depth, &result));
+        super::written(super::out(&fuse_text(&m, main, max_depth, &result)))
     }
-    Outcome::Ok
 }
 
 /// The name of a FuseOps node in output: the source's `%N` binding or `%var` name, else `#i`

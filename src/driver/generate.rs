@@ -1,8 +1,6 @@
 //! `collage generate`: writes a generated model ([`crate::gen`]) to standard output or a file.
 
 use super::Outcome;
-use crate::diag::E0902;
-use std::io::Write;
 use std::path::Path;
 
 /// The largest number of layers `collage generate` accepts (a 4096-layer GPT-2 is about 20 MB
@@ -49,17 +47,7 @@ pub fn generate_command(what: Generated, output: Option<&Path>) -> Outcome {
         Generated::Bert { layers, seq } => crate::gen::bert_large(layers, seq),
     };
     if let Some(path) = output {
-        return match super::write_output(path, &text) {
-            Ok(()) => Outcome::Ok,
-            Err(o) => o,
-        };
+        return super::written(super::write_output(path, &text));
     }
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Ok(()) => Outcome::Ok,
-        Err(e) => {
-            eprintln!("error[{}]: cannot write standard output: {e}", E0902.id);
-            Outcome::Usage
-        }
-    }
+    super::written(super::out(&text))
 }

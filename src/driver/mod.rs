@@ -34,39 +34,36 @@ impl Outcome {
 }
 
 /// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an
-/// error worth a message: the rest of the output is dropped.
-pub fn out(text: &str) {
+/// error worth a message: the rest of the output is dropped. Any other failed write (a full
+/// disk, `/dev/full`) is E0902 and exit code 2, so a truncated output never passes for success.
+pub fn out(text: &str) -> Result<(), Outcome> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout
+    match stdout
         .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush());
-}
-
-/// Writes `bytes` to a temporary file next to `path` and renames it over `path`, so readers see
-/// either the old file or the complete new one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("the output path names no file"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = std::fs::File::create(&tmp).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, bytes)?;
-        f.sync_all()
-    });
-    let result = result.and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => {
+            eprintln!(
+                "error[{}]: cannot write standard output: {e}",
+                crate::diag::E0902.id
+            );
+            Err(Outcome::Usage)
+        }
     }
-    result
 }
 
-/// Writes an output file atomically, or reports why it cannot.
+/// The outcome of a command whose last step is writing: `Ok` or the write's failure.
+pub fn written(result: Result<(), Outcome>) -> Outcome {
+    result.err().unwrap_or(Outcome::Ok)
+}
+
+/// Writes an output file (see [`output`] for what is replaced and what is written in place), or
+/// reports why it cannot.
 pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
-    write_atomically(path, text.as_bytes()).map_err(|e| {
+    output::write_file(path, text.as_bytes()).map_err(|e| {
         eprintln!(
             "error[{}]: cannot write `{}`: {e}",
             crate::diag::E0902.id,
@@ -125,20 +122,19 @@ pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
     };
     if json {
         match dataflow_json(&m) {
-            Some(v) => out(&format!(
+            Some(v) => written(out(&format!(
                 "{}\n",
                 serde_json::to_string_pretty(&v).unwrap_or_default()
-            )),
+            ))),
             None => {
                 eprintln!("error: the module has no `@main` function");
-                return Outcome::InputErrors;
+                Outcome::InputErrors
             }
         }
     } else {
         let opts = relay::print::PrintOptions { type_comments };
-        out(&relay::print::print_module_with(&m, opts));
+        written(out(&relay::print::print_module_with(&m, opts)))
     }
-    Outcome::Ok
 }
 
 /// The dataflow graph of `@main` as JSON: `{"function", "nodes": [{index, kind, op, type,
@@ -237,9 +233,10 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
     match checked.program {
         Some(p) => {
             if print {
-                out(&crate::ruletree::print::print_program(&p));
+                written(out(&crate::ruletree::print::print_program(&p)))
+            } else {
+                Outcome::Ok
             }
-            Outcome::Ok
         }
         None => Outcome::InputErrors,
     }
@@ -249,6 +246,7 @@ mod candidates;
 mod devices;
 mod fuse;
 mod generate;
+pub mod output;
 pub mod partition;
 
 pub use candidates::candidates_command;

@@ -63,10 +63,17 @@ pub fn partition_command(req: &Request) -> Outcome {
     let bar = Bar::new(req.timings);
     bar.phase("loading", 0);
     let mut sources = SourceMap::new();
+    if let Err(o) = check_outputs(req, &sources) {
+        return o;
+    }
     let program = match load_rules(&mut sources, &req.rules) {
         Ok(p) => p,
         Err(o) => return o,
     };
+    // Imported rules files are known only now; nothing has been written yet.
+    if let Err(o) = check_outputs(req, &sources) {
+        return o;
+    }
     let program = match select_targets(program, &req.targets) {
         Ok(p) => p,
         Err(o) => return o,
@@ -214,26 +221,66 @@ pub fn partition_command(req: &Request) -> Outcome {
             return o;
         }
     }
-    match req.format {
+    let printed = match req.format {
         Format::Json => {
             let v = report_json(&m, &g, &sources, &program, &plan, elapsed, &explained);
             super::out(&format!(
                 "{}\n",
                 serde_json::to_string_pretty(&v).unwrap_or_default()
-            ));
+            ))
         }
         Format::Table => {
-            if req.output.is_none() {
-                super::out(&text);
-                super::out("\n");
-            }
-            super::out(&report_table(&m, &g, &sources, &program, &plan, elapsed));
+            let mut text = if req.output.is_none() {
+                format!("{text}\n")
+            } else {
+                String::new()
+            };
+            text.push_str(&report_table(&m, &g, &sources, &program, &plan, elapsed));
             for e in &explained {
-                super::out(&format!("\n{}", e.text));
+                text.push_str(&format!("\n{}", e.text));
             }
+            super::out(&text)
         }
+    };
+    super::written(printed)
+}
+
+/// Refuses `-o` and `--dot` naming each other, the model, a rules file given on the command line
+/// or (once loaded) a rules file imported from one (E0903, a usage error).
+fn check_outputs(req: &Request, sources: &SourceMap) -> Result<(), Outcome> {
+    let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    if let Some(o) = &req.output {
+        outputs.push(("-o", o));
     }
-    Outcome::Ok
+    if let Some(d) = &req.dot {
+        outputs.push(("--dot", d));
+    }
+    if outputs.is_empty() {
+        return Ok(());
+    }
+    // Directories expand to their `.rules` files; a missing path is reported by the loader.
+    let roots: Vec<PathBuf> = req
+        .rules
+        .iter()
+        .flat_map(|p| match std::fs::read_dir(p) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(_) => vec![p.clone()],
+        })
+        .collect();
+    let mut inputs: Vec<(&str, &std::path::Path)> = vec![("the model", &req.model)];
+    inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
+    if !req.rules.is_empty() {
+        // Rules read from files are named by their paths; the embedded library is not on disk.
+        inputs.extend(
+            sources
+                .files()
+                .map(|(_, f)| ("a rules file", std::path::Path::new(&f.name))),
+        );
+    }
+    super::output::check_collisions(&outputs, &inputs).map_err(|msg| {
+        eprintln!("error[{}]: {msg}", diag::E0903.id);
+        Outcome::Usage
+    })
 }
 
 /// Keeps the named targets (and every host target).

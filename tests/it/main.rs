@@ -12,6 +12,7 @@ mod fuse;
 mod generate;
 mod models;
 mod mutate;
+mod output;
 mod partition;
 mod partition_e2e;
 mod relay;

@@ -836,7 +836,10 @@ proptest! {
 #[test]
 fn the_command_reports_planned_devices_and_explains_device_conflicts() {
     let model = "tests/fixtures/partition-devices/two-devices.relay";
-    let out = collage(["partition", model, "--format", "json", "-o", "/dev/null"]);
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("out.relay");
+    let program = program.to_str().unwrap();
+    let out = collage(["partition", model, "--format", "json", "-o", program]);
     assert_eq!(out.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let devices: Vec<(String, String)> = report["functions"][0]["partitions"]
@@ -858,7 +861,7 @@ fn the_command_reports_planned_devices_and_explains_device_conflicts() {
             ("host".to_string(), cpu)
         ]
     );
-    let table = collage(["partition", model, "-o", "/dev/null"]);
+    let table = collage(["partition", model, "-o", program]);
     let text = String::from_utf8_lossy(&table.stdout);
     let row = |target: &str| {
         text.lines()
@@ -878,7 +881,7 @@ fn the_command_reports_planned_devices_and_explains_device_conflicts() {
         "--target",
         "cutlass",
         "-o",
-        "/dev/null",
+        program,
     ]);
     assert_eq!(stuck.status.code(), Some(1));
     let err = String::from_utf8_lossy(&stuck.stderr);

@@ -134,6 +134,44 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
+    /// latency and peak memory.
+    Run {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Seed of the pseudo-random weights and inputs.
+        #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED)]
+        seed: u64,
+        /// An input from a NumPy file, by parameter name (without `%`); repeatable. Parameters
+        /// not given are drawn from the seed.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Write the outputs as `output0.npy`, `output1.npy`, ... into this directory.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        /// Timed runs.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        repeat: usize,
+        /// Untimed runs before the timed ones.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warmup: usize,
+        /// Worker threads (default: all cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Report format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// Also run this model on the same inputs and weights and compare the outputs
+        /// (repeatable); exit 1 when they differ beyond the tolerance.
+        #[arg(long, value_name = "OTHER.relay")]
+        compare_with: Vec<PathBuf>,
+        /// Relative tolerance of the comparison (default per dtype).
+        #[arg(long, value_name = "X")]
+        rtol: Option<f64>,
+        /// Absolute tolerance of the comparison (default per dtype).
+        #[arg(long, value_name = "X")]
+        atol: Option<f64>,
+    },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
         #[command(subcommand)]
@@ -286,6 +324,34 @@ fn run(cli: Cli) -> Outcome {
             };
             driver::partition::partition_command(&req)
         }
+        Command::Run {
+            model,
+            seed,
+            inputs,
+            output_dir,
+            repeat,
+            warmup,
+            threads,
+            format,
+            compare_with,
+            rtol,
+            atol,
+        } => driver::run::run_command(&driver::run::Request {
+            model,
+            seed,
+            inputs,
+            output_dir,
+            repeat,
+            warmup,
+            threads,
+            format: match format {
+                FormatArg::Table => driver::run::Format::Table,
+                FormatArg::Json => driver::run::Format::Json,
+            },
+            compare_with,
+            rtol,
+            atol,
+        }),
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {
                 driver::generate_command(driver::Generated::Gpt2 { layers }, output.as_deref())

@@ -196,6 +196,24 @@ codes! {
     /// Rules without a host target (or without any target) given to `collage partition`.
     E2106 = "E2106", "no host target";
 
+    /// An operator, attribute value or dtype the reference interpreter cannot run.
+    E2301 = "E2301", "operator not supported by the interpreter";
+    /// A construct of the program that cannot be executed (dynamic shapes, recursion, function
+    /// values, closures).
+    E2302 = "E2302", "construct not supported for execution";
+    /// A failure while running (an integer division by zero, an index out of range).
+    E2303 = "E2303", "execution failed";
+    /// An input tensor of the wrong shape or dtype, an unreadable `.npy` file or non-finite data.
+    E2304 = "E2304", "invalid input tensor";
+    /// An `--input` that names no parameter of `@main`, or names one twice.
+    E2305 = "E2305", "unknown input";
+    /// Outputs of two models that differ beyond the tolerance.
+    E2306 = "E2306", "outputs differ";
+    /// Two models that cannot be compared (different parameters or results).
+    E2307 = "E2307", "models not comparable";
+    /// A backend could not run a unit; another backend runs it (a warning).
+    W2310 = "W2310", "backend fell back";
+
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";
     /// An output file that cannot be written.

@@ -248,6 +248,7 @@ mod fuse;
 mod generate;
 pub mod output;
 pub mod partition;
+pub mod run;
 
 pub use candidates::candidates_command;
 pub use devices::{parse_device_arg, plan_devices_command, DeviceForm};

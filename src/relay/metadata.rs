@@ -10,8 +10,8 @@
 //! Only what the compiler needs is kept (see [`MetaObject`]):
 //!
 //! * `relay.Constant` → its [`TensorType`], read from the header of its base64 NDArray blob (the
-//!   payload is checked for presence and valid base64 but not kept), or, when the constant has no
-//!   data, from its `_checked_type_` (a `relay.TensorType` node);
+//!   payload is kept in [`MetaTable::data`], for execution), or, when the constant has no data,
+//!   from its `_checked_type_` (a `relay.TensorType` node);
 //! * `VirtualDevice` → a [`VirtualDevice`]. Its target is reduced to a string: the target kind's
 //!   name (`"cuda"`, `"llvm"`), followed by `" -host=<host kind name>"` when the target has a host.
 //!   Other target attributes (`-arch`, `-keys`, ...) are not kept;
@@ -28,7 +28,9 @@
 //! with explicit lookups, and every index is bounds-checked. Malformed input of any kind gives a
 //! [`MetadataError`], never a panic.
 
-use crate::ir::{DType, DTypeCode, Dim, MetaObject, MetaTable, TensorType, VirtualDevice};
+use crate::ir::{
+    ConstData, DType, DTypeCode, Dim, MetaObject, MetaTable, TensorType, VirtualDevice,
+};
 use base64::Engine as _;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -366,7 +368,7 @@ impl Graph<'_> {
         }
 
         let mut table = MetaTable::default();
-        let mut ndarray_cache: HashMap<usize, TensorType> = HashMap::new();
+        let mut ndarray_cache: HashMap<usize, (TensorType, ConstData)> = HashMap::new();
         for (key, elements) in lists {
             if table.objects.contains_key(key) {
                 return Err(self.err(root, format!("meta table key `{key}` appears twice")));
@@ -377,7 +379,13 @@ impl Graph<'_> {
                 let el = el as usize;
                 let obj = match self.nodes[el].type_key.as_str() {
                     "relay.Constant" => {
-                        MetaObject::Constant(self.constant(el, &positions, &mut ndarray_cache)?)
+                        let (ty, data) = self.constant(el, &positions, &mut ndarray_cache)?;
+                        if let Some(d) = data {
+                            table
+                                .data
+                                .insert((key.to_string(), objects.len() as u32), d);
+                        }
+                        MetaObject::Constant(ty)
                     }
                     "VirtualDevice" | "target.VirtualDevice" => {
                         MetaObject::Device(self.virtual_device(el)?)
@@ -396,8 +404,8 @@ impl Graph<'_> {
         &self,
         idx: usize,
         positions: &HashMap<usize, (&str, usize)>,
-        cache: &mut HashMap<usize, TensorType>,
-    ) -> Res<TensorType> {
+        cache: &mut HashMap<usize, (TensorType, ConstData)>,
+    ) -> Res<(TensorType, Option<ConstData>)> {
         match self.attr(idx, "data") {
             Some(text) if text != "null" => {
                 let i = parse_u64(text)
@@ -412,16 +420,17 @@ impl Graph<'_> {
                             ),
                         )
                     })?;
-                if let Some(t) = cache.get(&i) {
-                    return Ok(t.clone());
+                if let Some((t, d)) = cache.get(&i) {
+                    return Ok((t.clone(), Some(d.clone())));
                 }
                 let label = format!("b64ndarrays[{i}]");
-                let t =
-                    decode_ndarray_type(&self.b64[i], &label).map_err(|m| self.err_b64(i, m))?;
-                cache.insert(i, t.clone());
-                Ok(t)
+                let (t, data) =
+                    decode_ndarray(&self.b64[i], &label).map_err(|m| self.err_b64(i, m))?;
+                let data = ConstData(data.into());
+                cache.insert(i, (t.clone(), data.clone()));
+                Ok((t, Some(data)))
             }
-            _ => self.checked_type(idx, positions),
+            _ => Ok((self.checked_type(idx, positions)?, None)),
         }
     }
 
@@ -597,12 +606,13 @@ fn parse_u64(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
-/// Decodes the NDArray header of a base64 blob and returns its tensor type. The whole string is
-/// checked to be valid base64 and long enough for the payload the header announces, but only the
-/// header is kept in memory.
-fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
+/// Decodes a base64 NDArray blob and returns its tensor type and its data bytes (row-major,
+/// little-endian, as TVM writes them). The whole string is checked to be valid base64 and long
+/// enough for the payload the header announces.
+fn decode_ndarray(text: &str, label: &str) -> Result<(TensorType, Vec<u8>), String> {
     let engine = &base64::engine::general_purpose::STANDARD;
     let bytes = text.as_bytes();
+    let mut all: Vec<u8> = Vec::with_capacity(bytes.len() / 4 * 3);
     let mut header: Vec<u8> = Vec::with_capacity(MAX_HEADER);
     let mut total: u64 = 0;
     let mut buf = [0u8; B64_CHUNK / 4 * 3];
@@ -618,6 +628,7 @@ fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
             .map_err(|_| invalid())?;
         let take = (MAX_HEADER - header.len()).min(n);
         header.extend_from_slice(&buf[..take]);
+        all.extend_from_slice(&buf[..n]);
         total += n as u64;
     }
 
@@ -705,7 +716,9 @@ fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
             "{label} is truncated: its header promises {count} data bytes but only {available} follow"
         ));
     }
-    Ok(ty)
+    all.truncate(header_len + count as usize);
+    all.drain(..header_len);
+    Ok((ty, all))
 }
 
 /// Byte offsets of the elements of the array that is the value of the top-level member `member`

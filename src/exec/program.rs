@@ -630,7 +630,7 @@ impl<'a> Lowerer<'a> {
                                 "`%{}` is a variable of an enclosing function; functions that capture variables cannot be executed",
                                 m.var(*v).name
                             ),
-                            Some(m.span(cur)),
+                            Some(use_span),
                         ))
                     }
                 },
@@ -758,17 +758,8 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         match m.expr(e) {
-            Expr::Var(v) => {
-                if !self.let_value.contains_key(v) {
-                    return Err(Unsupported::construct(
-                        format!(
-                            "`%{}` is a variable of an enclosing function; functions that capture variables cannot be executed",
-                            m.var(*v).name
-                        ),
-                        Some(span),
-                    ));
-                }
-            }
+            // A variable of an enclosing function is reported where it is used (`slot_of`).
+            Expr::Var(_) => {}
             Expr::Const(_) | Expr::Global(_) | Expr::Op(_) | Expr::Func(_) => {}
             Expr::Let { body, .. } => {
                 let s = self.slot_of(*body, span)?;

@@ -157,7 +157,10 @@ fn every_supported_operator_has_cases() {
             } = e
             {
                 let name = collage::ops::op(*op).name;
-                assert!(supported.contains(&name), "corpus operator `{name}` is not implemented");
+                assert!(
+                    supported.contains(&name),
+                    "corpus operator `{name}` is not implemented"
+                );
             }
         }
     }

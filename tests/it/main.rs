@@ -7,6 +7,7 @@ mod docs;
 mod dsl;
 mod enumerate;
 mod enumerate_props;
+mod exec;
 mod exec_ops;
 mod extract;
 mod fuse;

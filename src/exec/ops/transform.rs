@@ -1,5 +1,6 @@
 //! Shape transformations: `reshape`, `expand_dims`, `squeeze`, `transpose`, `broadcast_to` and
-//! `layout_transform`, and the layout conversion that convolutions and pooling share.
+//! `layout_transform`, the device annotations `on_device` and `device_copy` (copies: every
+//! device is this CPU), and the layout conversion that convolutions and pooling share.
 
 use super::iter::{broadcast_strides, strided_copy};
 use super::{op, Call, OpImpl, Reason};
@@ -10,11 +11,27 @@ use crate::ops::layout::Layout;
 pub(super) fn implements(name: &str) -> bool {
     matches!(
         name,
-        "reshape" | "expand_dims" | "squeeze" | "transpose" | "broadcast_to" | "layout_transform"
+        "reshape"
+            | "expand_dims"
+            | "squeeze"
+            | "transpose"
+            | "broadcast_to"
+            | "layout_transform"
+            | "on_device"
+            | "device_copy"
     )
 }
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    if matches!(c.op.name, "on_device" | "device_copy") {
+        // The argument may be a tuple: copy every flattened tensor.
+        return op(|args, outs| {
+            for (a, o) in args.iter().zip(outs.iter_mut()) {
+                o.bytes_mut().copy_from_slice(a.bytes());
+            }
+            Ok(())
+        });
+    }
     let d = c.arg(0)?.clone();
     let o = c.out()?.clone();
     match c.op.name {

@@ -526,3 +526,181 @@ fn comparisons_that_fail() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("E2307"), "{}", stderr(&o));
 }
+
+/// FuseOps groups as the grouping of `@main`'s inline operators: each group is one kernel (a
+/// nested program on the reference backend), and the results are the bits of one kernel per
+/// operator.
+struct FuseGrouping;
+
+impl collage::exec::executor::Grouping for FuseGrouping {
+    fn groups(
+        &self,
+        m: &collage::ir::Module,
+        func: collage::ir::FuncId,
+    ) -> Vec<Vec<collage::ir::ExprId>> {
+        use collage::ir::{Callee, Expr};
+        collage::fuse::fuse(m, func, collage::fuse::DEFAULT_MAX_DEPTH)
+            .groups
+            .into_iter()
+            .map(|g| {
+                g.nodes
+                    .into_iter()
+                    .filter(|&e| {
+                        matches!(
+                            m.expr(e),
+                            Expr::Call {
+                                callee: Callee::Op(_),
+                                ..
+                            } | Expr::Tuple(_)
+                                | Expr::Proj { .. }
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|g| !g.is_empty())
+            .collect()
+    }
+}
+
+fn run_model(
+    m: &collage::ir::Module,
+    w: &Weights,
+    opts: &Options,
+) -> (Vec<Tensor>, collage::exec::executor::Executable) {
+    let mw = w.for_module(m);
+    let x = executor::compile(m, &mw, opts).unwrap_or_else(|d| panic!("{d:?}"));
+    let inputs: Vec<Arc<Tensor>> = x
+        .inputs
+        .iter()
+        .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+        .collect();
+    let out = x.run(&inputs).unwrap_or_else(|d| panic!("{d:?}"));
+    let flat = out
+        .value
+        .flatten()
+        .into_iter()
+        .map(|t| (**t).clone())
+        .collect();
+    (flat, x)
+}
+
+#[test]
+fn fuse_groups_run_as_one_kernel_each_with_the_same_bits() {
+    for name in ["mnist", "resnet50", "gpt2_extract"] {
+        let m = crate::support::load_ok(&root().join(format!("tests/models/{name}.relay")));
+        let w = Weights::new(3);
+        let (plain, px) = run_model(&m, &w, &Options::default());
+        let grouped_opts = Options {
+            grouping: Some(Box::new(FuseGrouping)),
+            ..Options::default()
+        };
+        let (grouped, gx) = run_model(&m, &w, &grouped_opts);
+        assert_eq!(plain, grouped, "{name}");
+        assert!(
+            gx.kernels().len() < px.kernels().len(),
+            "{name}: {} grouped kernels, {} plain",
+            gx.kernels().len(),
+            px.kernels().len()
+        );
+    }
+}
+
+/// A backend behind the interface: it compiles the functions of one compiler (by delegating to
+/// the reference backend), counting compilations and preparations, and reports inline `add`
+/// calls unsupported, which fall back to the reference backend with a warning.
+struct Picky {
+    compiled: Arc<std::sync::atomic::AtomicUsize>,
+    prepared: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct Counted {
+    inner: Arc<dyn collage::backend::Kernel>,
+    prepared: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl collage::backend::Kernel for Counted {
+    fn prepare(
+        &self,
+        consts: &[Option<Arc<Tensor>>],
+    ) -> Result<Box<dyn collage::backend::Prepared>, collage::backend::Unsupported> {
+        // The weight is bound here, once per call site.
+        assert!(consts.iter().any(Option::is_some));
+        self.prepared
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.prepare(consts)
+    }
+}
+
+impl collage::backend::Backend for Picky {
+    fn name(&self) -> &str {
+        "picky"
+    }
+    fn version(&self) -> String {
+        "1".into()
+    }
+    fn handles(&self, compiler: Option<&str>) -> bool {
+        compiler.is_none() || compiler == Some("ext")
+    }
+    fn compile(
+        &self,
+        unit: &collage::backend::Unit<'_>,
+        consts: &dyn collage::backend::ConstantSource,
+    ) -> Result<Arc<dyn collage::backend::Kernel>, collage::backend::Unsupported> {
+        use collage::backend::{Backend, Unit};
+        match unit {
+            Unit::Group { .. } if unit.describe().contains("`add`") => Err(
+                collage::backend::Unsupported::op("picky does not add", None),
+            ),
+            Unit::Group { .. } => collage::backend::reference::Reference.compile(unit, consts),
+            Unit::Function { .. } => {
+                self.compiled
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(Arc::new(Counted {
+                    inner: collage::backend::reference::Reference.compile(unit, consts)?,
+                    prepared: self.prepared.clone(),
+                }))
+            }
+        }
+    }
+}
+
+#[test]
+fn backends_compile_once_prepare_per_call_site_and_fall_back() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let text = r#"#[version = "0.0.5"]
+def @f(%a: Tensor[(2, 4), float32], %w: Tensor[(3, 4), float32], Primitive=1, Compiler="ext") -> Tensor[(2, 3), float32] {
+  nn.dense(%a, %w, units=3)
+}
+def @main(%x: Tensor[(2, 4), float32]) {
+  %0 = @f(%x, meta[relay.Constant][0] /* ty=Tensor[(3, 4), float32] */);
+  %1 = @f(%x, meta[relay.Constant][1] /* ty=Tensor[(3, 4), float32] */);
+  %2 = @f(%x, meta[relay.Constant][2] /* ty=Tensor[(3, 4), float32] */);
+  %3 = add(%0, %1);
+  %4 = multiply(%3, %2);
+  add(%4, 1f)
+}"#;
+    let m = load_text_ok("picky.relay", text);
+    let w = Weights::new(5);
+    let (reference, _) = run_model(&m, &w, &Options::default());
+    let picky = Picky {
+        compiled: Arc::new(Default::default()),
+        prepared: Arc::new(Default::default()),
+    };
+    let (compiled, prepared) = (picky.compiled.clone(), picky.prepared.clone());
+    let opts = Options {
+        backends: collage::backend::Backends {
+            list: vec![Arc::new(picky)],
+        },
+        ..Options::default()
+    };
+    let (out, x) = run_model(&m, &w, &opts);
+    assert_eq!(out, reference);
+    assert_eq!((compiled.load(SeqCst), prepared.load(SeqCst)), (1, 3));
+    let backends: Vec<&str> = x.kernels().iter().map(|k| k.backend.as_str()).collect();
+    assert_eq!(
+        backends,
+        ["picky", "picky", "picky", "reference", "picky", "reference"]
+    );
+    assert_eq!(x.warnings.len(), 2);
+    assert!(x.warnings.iter().all(|d| d.code.id == "W2310"));
+}

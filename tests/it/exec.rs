@@ -646,7 +646,7 @@ impl collage::backend::Backend for Picky {
         unit: &collage::backend::Unit<'_>,
         consts: &dyn collage::backend::ConstantSource,
     ) -> Result<Arc<dyn collage::backend::Kernel>, collage::backend::Unsupported> {
-        use collage::backend::{Backend, Unit};
+        use collage::backend::Unit;
         match unit {
             Unit::Group { .. } if unit.describe().contains("`add`") => Err(
                 collage::backend::Unsupported::op("picky does not add", None),

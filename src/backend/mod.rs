@@ -6,7 +6,7 @@
 //!    or `Compiler="..."` function called from `@main`, or a group of inline operator calls of a
 //!    function body) into a [`Kernel`], once. A backend that cannot run the unit says so with
 //!    [`Unsupported`]; the caller then falls back to the next backend (in the end the
-//!    [`reference`] interpreter, which runs everything the interpreter supports) and the run
+//!    [reference](mod@reference) interpreter, which runs everything the interpreter supports) and the run
 //!    goes on.
 //! 2. [`Kernel::prepare`] binds the constant inputs of one call site (weights, scalar literals)
 //!    and returns a [`Prepared`] kernel. This is where a backend may repack or fold weights; it

@@ -165,3 +165,106 @@ fn every_supported_operator_has_cases() {
         }
     }
 }
+
+mod props {
+    //! Broadcasting and transposition on random shapes against a naive evaluation in the test:
+    //! `transpose(where(c, subtract(x, y), y), perm)` where `c` and `y` broadcast to `x`'s shape.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ty(dims: &[usize], dtype: &str) -> String {
+        if dims.is_empty() {
+            return dtype.to_string();
+        }
+        let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+        format!("Tensor[({}), {dtype}]", d.join(", "))
+    }
+
+    /// The flat index of `coord` (of the output shape) in an operand of shape `dims`,
+    /// broadcast at the trailing axes.
+    fn index(dims: &[usize], coord: &[usize]) -> usize {
+        let off = coord.len() - dims.len();
+        dims.iter().enumerate().fold(0, |acc, (k, &d)| {
+            acc * d + if d == 1 { 0 } else { coord[off + k] }
+        })
+    }
+
+    fn shapes() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>)> {
+        (0usize..=4)
+            .prop_flat_map(|r| {
+                (
+                    prop::collection::vec(0usize..=3, r),
+                    prop::collection::vec(any::<bool>(), r),
+                    0..=r,
+                    prop::collection::vec(any::<bool>(), r),
+                    0..=r,
+                    Just((0..r).collect::<Vec<usize>>()).prop_shuffle(),
+                )
+            })
+            .prop_map(|(out, cmask, cr, ymask, yr, perm)| {
+                let r = out.len();
+                let sub = |mask: &[bool], k: usize| -> Vec<usize> {
+                    (r - k..r)
+                        .map(|i| if mask[i] { out[i] } else { 1 })
+                        .collect()
+                };
+                (sub(&cmask, cr), sub(&ymask, yr), out.clone(), perm)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 128,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn broadcasting_and_transposes_match_a_naive_evaluation((cd, yd, xd, perm) in shapes()) {
+            let axes: Vec<String> = perm.iter().map(|p| p.to_string()).collect();
+            let text = format!(
+                "#[version = \"0.0.5\"]\ndef @main(%c: {}, %x: {}, %y: {}) {{\n  %0 = subtract(%x, %y);\n  %1 = where(%c, %0, %y);\n  transpose(%1, axes=[{}])\n}}\n",
+                ty(&cd, "bool"), ty(&xd, "float32"), ty(&yd, "float32"), axes.join(", ")
+            );
+            let m = load_text_ok("prop.relay", &text);
+            let n = |d: &[usize]| d.iter().product::<usize>();
+            let c: Vec<u8> = (0..n(&cd)).map(|i| (i * 5 % 3 == 0) as u8).collect();
+            let x: Vec<f32> = (0..n(&xd)).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+            let y: Vec<f32> = (0..n(&yd)).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
+            let inputs = vec![
+                Arc::new(Tensor::from_bytes(DType::BOOL, &cd, &c).unwrap()),
+                Arc::new(Tensor::from_slice(DType::F32, &xd, &x).unwrap()),
+                Arc::new(Tensor::from_slice(DType::F32, &yd, &y).unwrap()),
+            ];
+            let w = Weights::new(0);
+            let mw = w.for_module(&m);
+            let ex = executor::compile(&m, &mw, &Options::default()).unwrap();
+            let out = ex.run(&inputs).unwrap();
+            let got = out.value.as_tensor().unwrap().clone();
+            // Naive: the untransposed result at every coordinate, then permuted.
+            let r = xd.len();
+            let tdims: Vec<usize> = perm.iter().map(|&p| xd[p]).collect();
+            prop_assert_eq!(got.shape(), tdims.as_slice());
+            let total = n(&xd);
+            let mut coord = vec![0usize; r];
+            for _ in 0..total {
+                let v = if c[index(&cd, &coord)] != 0 {
+                    x[index(&xd, &coord)] - y[index(&yd, &coord)]
+                } else {
+                    y[index(&yd, &coord)]
+                };
+                let tcoord: Vec<usize> = perm.iter().map(|&p| coord[p]).collect();
+                let at = index(&tdims, &tcoord);
+                prop_assert_eq!(got.as_slice::<f32>()[at], v);
+                for k in (0..r).rev() {
+                    coord[k] += 1;
+                    if coord[k] < xd[k] {
+                        break;
+                    }
+                    coord[k] = 0;
+                }
+            }
+        }
+    }
+}

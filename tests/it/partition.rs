@@ -13,7 +13,7 @@
 use crate::support::{collage, collage_in, corpus, load_ok, root};
 use collage::cost::cache::estimate_all;
 use collage::cost::mock::Mock;
-use collage::cost::{Cost, Estimator, Request};
+use collage::cost::{Cost, Estimate, Estimator, Request};
 use collage::dataflow::IndexSet;
 use collage::enumerate::{Candidate, DataflowGraph, SubGraph};
 use collage::ir::{AttrValue, Module};
@@ -177,7 +177,7 @@ impl<E: Estimator> Estimator for Counting<E> {
     fn name(&self) -> String {
         self.0.name()
     }
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
         self.1.fetch_add(1, Ordering::Relaxed);
         self.0.estimate(req)
     }
@@ -229,8 +229,8 @@ impl Estimator for AlwaysInvalid {
     fn name(&self) -> String {
         "invalid".into()
     }
-    fn estimate(&self, _: &Request<'_, '_>) -> Cost {
-        Cost::INVALID
+    fn estimate(&self, _: &Request<'_, '_>) -> Estimate {
+        Estimate::because(Cost::INVALID, "it rejects everything")
     }
 }
 

@@ -108,7 +108,7 @@ fn plan_devices_prints_minimal_and_complete_forms() {
     let cpu = "VirtualDevice(device=\"cpu\", id=0)";
     assert!(
         minimal.contains(&format!(
-            "def @main(%a {{virtual_device={cuda}}}: Tensor[(4), float32], virtual_device={cpu}) {{"
+            "def @main(%a {{virtual_device={cuda}}}: Tensor[(4), float32], virtual_device={cpu}) -> Tensor[(4), float32] {{"
         )),
         "{minimal}"
     );

@@ -10,7 +10,7 @@
 //!   BYOC target T used alone the cost is at most T's greedy placement (the RFC's success
 //!   metric 3) and at most native TVM alone.
 
-use crate::support::{collage, collage_in, corpus, load_ok, root};
+use crate::support::{collage, collage_in, corpus, load_ok, root, round_trip};
 use collage::cost::cache::estimate_all;
 use collage::cost::mock::Mock;
 use collage::cost::{Cost, Estimator, Request};
@@ -436,26 +436,6 @@ fn identical_layers_share_their_estimates() {
     );
 }
 
-/// The reference configuration's rules (`benches/reference.rules` with the shipped prelude).
-fn reference_rules() -> Program {
-    let prelude = std::fs::read_to_string(root().join("rules/prelude.rules")).unwrap();
-    let reference = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
-    let table = [
-        ("rules/prelude.rules", prelude.as_str()),
-        ("rules/reference.rules", reference.as_str()),
-    ];
-    let mut sources = collage::source::SourceMap::new();
-    let checked = sema::check(
-        &mut sources,
-        &sema::Provider::Embedded(&table),
-        &[std::path::PathBuf::from("rules/reference.rules")],
-    );
-    match checked.program {
-        Some(p) if !checked.diags.has_errors() => p,
-        _ => panic!("{}", checked.diags.render_plain(&sources)),
-    }
-}
-
 /// Outlined partitions: structurally identical BYOC partitions share one global function (their
 /// parameters are numbered in TVM's first-use order), and no two globals are structurally equal.
 /// The count per corpus model is pinned, for the reference configuration (mock costs `tvm` 1,
@@ -464,7 +444,7 @@ fn reference_rules() -> Program {
 /// itself outlines 17 functions for resnet50 and 11 for resnext50.
 #[test]
 fn identical_partitions_share_one_global_function() {
-    let program = reference_rules();
+    let program = crate::support::reference_rules();
     let opts = partition::Options {
         baselines: false,
         ..Default::default()
@@ -483,6 +463,8 @@ fn identical_partitions_share_one_global_function() {
                 partition::rewrite(&g, &program, &plan).unwrap_or_else(|e| panic!("{name}: {e:?}"));
             partition::finalize::check_round_trip(&m, &out)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
+            // Printed (return types of the outlined functions included), it reads back the same.
+            round_trip(&name, &out);
             // The outlined globals, compared without their own names.
             let mut stripped = out.clone();
             for f in &mut stripped.funcs {

@@ -95,3 +95,25 @@ pub fn corpus() -> Vec<(String, Module)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
+
+/// The rules of the reference configuration (`benches/reference.rules` with the shipped
+/// prelude): the native target, the host and the BYOC target `example` (relu, add and
+/// concatenate patterns).
+pub fn reference_rules() -> collage::ruletree::Program {
+    let prelude = std::fs::read_to_string(root().join("rules/prelude.rules")).unwrap();
+    let reference = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
+    let table = [
+        ("rules/prelude.rules", prelude.as_str()),
+        ("rules/reference.rules", reference.as_str()),
+    ];
+    let mut sources = SourceMap::new();
+    let checked = collage::sema::check(
+        &mut sources,
+        &collage::sema::Provider::Embedded(&table),
+        &[std::path::PathBuf::from("rules/reference.rules")],
+    );
+    match checked.program {
+        Some(p) if !checked.diags.has_errors() => p,
+        _ => panic!("{}", checked.diags.render_plain(&sources)),
+    }
+}

@@ -272,21 +272,40 @@ fn constrain_call(
             s.doms.unify(have, want).map_err(here)?;
         }
         (None, _) => {
-            for (i, &a) in args.iter().enumerate() {
+            // An argument that is a fixed annotation (an `on_device` constraining its result) is
+            // used where it is computed: the call is on its device, and no copy moves it or any
+            // other argument (an operator's arguments share its device). Such arguments are
+            // unified first, so which requirement the call meets first does not matter.
+            let fixed: Vec<bool> = args.iter().map(|&a| fixed_result(m, a)).collect();
+            let pinned = fixed.contains(&true);
+            let order = (0..args.len())
+                .filter(|&i| fixed[i])
+                .chain((0..args.len()).filter(|&i| !fixed[i]));
+            for i in order {
+                let a = args[i];
                 let (da, de) = (s.dom(a), s.dom(e));
                 let both_first = s.doms.params(da).is_none() && s.doms.params(de).is_none();
                 match s.doms.unify(da, de) {
                     Ok(()) => {}
-                    // An argument already required on another device (by an earlier use) is
-                    // copied to this call: capture puts a `device_copy` on the edge. A clash of
-                    // two first-order roots leaves the store unchanged.
-                    Err(Clash::Devices(_)) if both_first => {}
+                    // Otherwise an argument already required on another device (by an earlier
+                    // use) is copied to this call: capture puts a `device_copy` on the edge. A
+                    // clash of two first-order roots leaves the store unchanged.
+                    Err(Clash::Devices(_)) if both_first && !pinned => {}
                     Err(c) => return Err((c, m.operand_span(e, i, a))),
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Whether `e` is an `on_device` that constrains its result to a device (`constrain_result=True`):
+/// its value stays where it is computed.
+fn fixed_result(m: &Module, e: ExprId) -> bool {
+    matches!(
+        annotation(m, e),
+        Some(Annotation::OnDevice { device, result: true, .. }) if !device.is_unconstrained()
+    )
 }
 
 /// Turns a clash into a diagnostic that points at both requirements and where they meet.

@@ -229,7 +229,22 @@ fn constrain(s: &mut Solution, e: ExprId) -> Result<(), (Clash, Span)> {
 
 /// A first-order requirement: `x` is on `device`, as the annotation at `origin` says.
 fn require(s: &mut Solution, x: ExprId, device: VirtualDevice, origin: Span) -> Result<(), Clash> {
-    let a = s.doms.first(device, Some(origin));
+    require_as(s, x, device, origin, false)
+}
+
+/// [`require`], by a fixed annotation when `fixed` is set.
+fn require_as(
+    s: &mut Solution,
+    x: ExprId,
+    device: VirtualDevice,
+    origin: Span,
+    fixed: bool,
+) -> Result<(), Clash> {
+    let a = if fixed {
+        s.doms.first_fixed(device, origin)
+    } else {
+        s.doms.first(device, Some(origin))
+    };
     let d = s.dom(x);
     s.doms.unify(a, d)
 }
@@ -253,11 +268,21 @@ fn constrain_call(
             _,
         ) => {
             let fixed = s.fixed[e.index()];
-            if !device.is_unconstrained() && (body || fixed) {
-                require(s, args[0], device.clone(), at).map_err(here)?;
+            let on_body = !device.is_unconstrained() && (body || fixed);
+            let on_result = !device.is_unconstrained() && (result || fixed);
+            // A fixed annotation's requirements are named in any conflict they meet.
+            let pinned = on_body && on_result;
+            if on_body {
+                require_as(s, args[0], device.clone(), at, pinned).map_err(here)?;
             }
-            if !device.is_unconstrained() && (result || fixed) {
-                require(s, e, device, at).map_err(here)?;
+            if on_result {
+                require_as(s, e, device, at, pinned).map_err(here)?;
+            }
+            // A fixed annotation's value does not move: its body and its result are on one
+            // device, also where the annotation leaves fields open (a scope alone).
+            if pinned {
+                let (da, de) = (s.dom(args[0]), s.dom(e));
+                s.doms.unify(da, de).map_err(here)?;
             }
         }
         (Some(Annotation::Copy { src, dst }), _) => {

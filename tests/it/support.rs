@@ -117,3 +117,46 @@ pub fn reference_rules() -> collage::ruletree::Program {
         _ => panic!("{}", checked.diags.render_plain(&sources)),
     }
 }
+
+/// Checks that a module printed with `--tvm-compat` uses only syntax TVM 0.19's parser reads for
+/// devices: outside comments and the metadata section, no inline `VirtualDevice(...)` literal and
+/// no device on a `let` binder; a `meta[VirtualDevice][i]` only with a metadata section.
+pub fn assert_tvm_device_syntax(name: &str, text: &str) {
+    let (code, metadata) = match text.split_once("\n#[metadata]\n") {
+        Some((c, m)) => (c, Some(m)),
+        None => (text, None),
+    };
+    let mut plain = String::with_capacity(code.len());
+    let mut rest = code;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r);
+        } else if let Some(after) = rest.strip_prefix("//") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r);
+            plain.push('\n');
+        } else {
+            let c = rest.chars().next().unwrap();
+            plain.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    assert!(
+        !plain.contains("VirtualDevice("),
+        "{name}: an inline device in TVM-compatible output:\n{text}"
+    );
+    for line in plain.lines() {
+        let t = line.trim_start();
+        if let Some(binder) = t.strip_prefix("let ") {
+            let head = binder.split('=').next().unwrap_or("");
+            assert!(
+                !head.contains('{'),
+                "{name}: a device on a let binder in TVM-compatible output: {line}"
+            );
+        }
+    }
+    assert_eq!(
+        plain.contains("meta[VirtualDevice]"),
+        metadata.is_some(),
+        "{name}: device references and metadata section disagree:\n{text}"
+    );
+}

@@ -39,6 +39,8 @@ enum Command {
         /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
         #[arg(long)]
         no_type_comments: bool,
+        #[command(flatten)]
+        output: ModuleOutput,
     },
     /// List the candidate partitions each target's rules produce for a model.
     Candidates {
@@ -134,6 +136,8 @@ enum Command {
         /// Print the wall time of each phase on stderr.
         #[arg(long)]
         timings: bool,
+        #[command(flatten)]
+        module_output: ModuleOutput,
     },
     /// Plan the virtual device of every expression and print the planned module.
     PlanDevices {
@@ -152,6 +156,8 @@ enum Command {
         /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
         #[arg(long)]
         no_type_comments: bool,
+        #[command(flatten)]
+        output: ModuleOutput,
     },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
@@ -204,6 +210,24 @@ enum GenerateModel {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
     },
+}
+
+/// How a command that prints a module prints it (flattened into each such command).
+#[derive(clap::Args, Clone, Copy, Debug)]
+struct ModuleOutput {
+    /// Print the module as TVM 0.19 reads it: virtual devices as `meta[VirtualDevice][i]` in a
+    /// `#[metadata]` section, a let-bound variable's device as an `on_device` around its value.
+    #[arg(long)]
+    tvm_compat: bool,
+}
+
+impl ModuleOutput {
+    fn options(self, type_comments: bool) -> collage::relay::print::PrintOptions {
+        collage::relay::print::PrintOptions {
+            type_comments,
+            tvm_compat: self.tvm_compat,
+        }
+    }
 }
 
 /// Report formats.
@@ -282,7 +306,8 @@ fn run(cli: Cli) -> Outcome {
             model,
             json,
             no_type_comments,
-        } => driver::parse_command(&model, json, !no_type_comments),
+            output,
+        } => driver::parse_command(&model, json, output.options(!no_type_comments)),
         Command::Candidates {
             model,
             rules,
@@ -303,13 +328,15 @@ fn run(cli: Cli) -> Outcome {
             complete,
             default_device,
             no_type_comments,
+            output,
         } => {
             let form = if complete {
                 driver::DeviceForm::Complete
             } else {
                 driver::DeviceForm::Minimal
             };
-            driver::plan_devices_command(&model, form, &default_device, !no_type_comments)
+            let opts = output.options(!no_type_comments);
+            driver::plan_devices_command(&model, form, &default_device, opts)
         }
         Command::Fuse {
             model,
@@ -332,6 +359,7 @@ fn run(cli: Cli) -> Outcome {
             dijkstra,
             prune,
             timings,
+            module_output,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
                 eprintln!("error: `--cost-timeout` must be a positive number of seconds");
@@ -358,6 +386,7 @@ fn run(cli: Cli) -> Outcome {
                 lower_bound: !dijkstra,
                 prune,
                 timings,
+                print: module_output.options(true),
             };
             driver::partition::partition_command(&req)
         }

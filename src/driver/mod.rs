@@ -148,8 +148,8 @@ pub fn report(diags: &Diagnostics, sources: &SourceMap) {
     diag::emit_stderr(&sorted, sources);
 }
 
-/// `collage parse MODEL [--json]`.
-pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
+/// `collage parse MODEL [--json] [--no-type-comments] [--tvm-compat]`.
+pub fn parse_command(path: &Path, json: bool, opts: relay::print::PrintOptions) -> Outcome {
     let mut sources = SourceMap::new();
     let m = match load_model(&mut sources, path) {
         Ok(m) => m,
@@ -165,7 +165,6 @@ pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
             serde_json::to_string_pretty(&v).unwrap_or_default()
         )))
     } else {
-        let opts = relay::print::PrintOptions { type_comments };
         written(out(&relay::print::print_module_with(&m, opts)))
     }
 }

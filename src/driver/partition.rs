@@ -55,6 +55,8 @@ pub struct Request {
     pub prune: bool,
     /// Print the wall time of each phase on stderr.
     pub timings: bool,
+    /// How the partitioned program is printed (`--tvm-compat`).
+    pub print: crate::relay::print::PrintOptions,
 }
 
 /// Runs `collage partition`.
@@ -180,8 +182,14 @@ pub fn partition_command(req: &Request) -> Outcome {
             PartitionError::Rewrite(s) => s,
             _ => String::new(),
         })
-        .and_then(|out| partition::finalize::check_round_trip(&m, &out))
-    {
+        .and_then(|out| {
+            let text = partition::finalize::check_round_trip(&m, &out)?;
+            Ok(if req.print.tvm_compat {
+                crate::relay::print::print_module_with(&out, req.print)
+            } else {
+                text
+            })
+        }) {
         Ok(t) => t,
         Err(msg) => {
             bar.finish();

@@ -49,35 +49,97 @@ impl Signatures {
     /// The key of a candidate.
     pub fn key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
-        self.sub_graph(g, &c.sub_graph, false, &mut out);
+        self.sub_graph(g, &c.sub_graph, &mut out);
         out
     }
 
-    /// The key of the function a candidate is extracted into: like [`Signatures::key`], but
-    /// parameters are numbered in extraction order (increasing node index) rather than by first
-    /// use, so equal keys mean the extracted functions are equal parameter for parameter and one
-    /// global can serve both call sites.
+    /// The key of the function a candidate is extracted into: equal keys mean equal extracted
+    /// functions (parameter for parameter), so one global can serve both call sites. Unlike
+    /// [`Signatures::key`], the inside nodes and the parameters are numbered in the order of
+    /// the extraction walk ([`crate::enumerate::extract::walk`]), which depends only on the
+    /// structure: sub-graphs whose nodes sit in another order in the graph but that extract into
+    /// the same function get the same key.
     pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
-        self.sub_graph(g, &c.sub_graph, true, &mut out);
+        self.function(g, &c.sub_graph, &mut out);
         out
     }
 
-    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, by_index: bool, out: &mut Key) {
+    fn function(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
+        let walk = crate::enumerate::extract::walk(g, sg);
+        let number = |order: &[usize]| -> HashMap<usize, u32> {
+            order
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| (i, k as u32))
+                .collect()
+        };
+        let (members, params) = (number(&walk.members), number(&walk.params));
+        out.push(walk.members.len() as u32);
+        for &i in &walk.members {
+            out.push(self.id[i]);
+            let operands = operand_nodes(g, i);
+            out.push(operands.len() as u32);
+            for j in operands {
+                match members.get(&j) {
+                    Some(&p) => out.push(INSIDE | p),
+                    None => {
+                        // An operand that is no parameter is copied in: its signature says what.
+                        out.push(params.get(&j).copied().unwrap_or(u32::MAX));
+                        out.push(self.param[j]);
+                    }
+                }
+            }
+        }
+        // The results, in the order of the result tuple.
+        for i in sg.exit.iter() {
+            if let Some(&p) = members.get(&i) {
+                out.push(p);
+            }
+        }
+        out.push(u32::MAX);
+        // Nested functions, in the order of their first node in the walk.
+        let mut nested: Vec<(Vec<u32>, usize)> = sg
+            .nested
+            .iter()
+            .enumerate()
+            .map(|(k, (sub, _))| {
+                let mut at: Vec<u32> = sub
+                    .inside
+                    .iter()
+                    .filter_map(|i| members.get(&i).copied())
+                    .collect();
+                at.sort_unstable();
+                (at, k)
+            })
+            .collect();
+        nested.sort();
+        out.push(nested.len() as u32);
+        for (at, k) in nested {
+            let (sub, attrs) = &sg.nested[k];
+            let a = self.attrs_id(attrs);
+            out.push(a);
+            out.extend(at);
+            out.push(u32::MAX);
+            self.function(g, sub, out);
+        }
+    }
+
+    fn attrs_id(&mut self, attrs: &FnAttrs) -> u32 {
+        match self.attrs.get(attrs) {
+            Some(&a) => a,
+            None => {
+                let next = self.attrs.len() as u32;
+                self.attrs.insert(attrs.clone(), next);
+                next
+            }
+        }
+    }
+
+    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
         let members: Vec<usize> = sg.inside.iter().collect();
         let local = |i: usize| members.binary_search(&i).ok();
         let mut params: Vec<usize> = Vec::new();
-        if by_index {
-            for &i in &members {
-                params.extend(
-                    operand_nodes(g, i)
-                        .into_iter()
-                        .filter(|&j| local(j).is_none()),
-                );
-            }
-            params.sort_unstable();
-            params.dedup();
-        }
         out.push(members.len() as u32);
         for &i in &members {
             out.push(self.id[i]);
@@ -108,14 +170,7 @@ impl Signatures {
         out.push(u32::MAX);
         out.push(sg.nested.len() as u32);
         for (sub, attrs) in &sg.nested {
-            let a = match self.attrs.get(attrs) {
-                Some(&a) => a,
-                None => {
-                    let next = self.attrs.len() as u32;
-                    self.attrs.insert(attrs.clone(), next);
-                    next
-                }
-            };
+            let a = self.attrs_id(attrs);
             out.push(a);
             for i in sub.inside.iter() {
                 if let Some(p) = local(i) {
@@ -123,7 +178,7 @@ impl Signatures {
                 }
             }
             out.push(u32::MAX);
-            self.sub_graph(g, sub, by_index, out);
+            self.sub_graph(g, sub, out);
         }
     }
 }

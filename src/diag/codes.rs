@@ -121,6 +121,8 @@ codes! {
     E1001 = "E1001", "syntax error in rules";
     /// A malformed literal in a `.rules` file (bad escape, number out of range).
     E1002 = "E1002", "malformed literal in rules";
+    /// A rules file whose bytes are not UTF-8.
+    E1003 = "E1003", "rules file is not valid UTF-8";
 
     /// An import that cannot be read.
     E1101 = "E1101", "cannot import file";
@@ -195,6 +197,8 @@ codes! {
     E2105 = "E2105", "unknown binding to explain";
     /// Rules without a host target (or without any target) given to `collage partition`.
     E2106 = "E2106", "no host target";
+    /// A target that the analytic estimator is asked to price but has no cost block.
+    W2107 = "W2107", "target without analytic costs";
 
     /// An operator, attribute value or dtype the reference interpreter cannot run.
     E2301 = "E2301", "operator not supported by the interpreter";
@@ -220,4 +224,6 @@ codes! {
     E0902 = "E0902", "cannot write file";
     /// An output path that names an input or another output of the same command.
     E0903 = "E0903", "output path collides";
+    /// A module without `def @main`, given to a command that works on `@main`.
+    E0904 = "E0904", "no @main function";
 }

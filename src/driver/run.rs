@@ -202,7 +202,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     for (i, p) in x.inputs.iter().enumerate() {
         let t = match given.iter().find(|(n, _)| *n == p.name) {
             Some((_, file)) => {
-                let bytes = std::fs::read(file).map_err(|e| {
+                let bytes = crate::source::read_bytes(file).map_err(|e| {
                     usage(
                         diag::E0901,
                         format!("cannot read `{}`: {e}", file.display()),

@@ -357,12 +357,9 @@ impl Module {
             .map(|&(_, f)| f)
     }
 
-    /// The `@main` function, or the only function if there is exactly one.
+    /// The `@main` function.
     pub fn main(&self) -> Option<FuncId> {
-        self.def("main").or(match self.defs.as_slice() {
-            [(_, f)] => Some(*f),
-            _ => None,
-        })
+        self.def("main")
     }
 
     /// Whether an expression is a call of a registered operator.

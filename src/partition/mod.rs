@@ -142,7 +142,7 @@ fn search_items(candidates: &[Candidate], costs: &[Cost], penalties: &[f64]) -> 
 /// The cost the search uses: estimate plus penalty, or +∞ when the estimate is not usable.
 fn search_cost(cost: Cost, penalty: f64) -> f64 {
     if cost.is_known() {
-        cost.seconds() + penalty
+        crate::cost::add_seconds(cost.seconds(), penalty)
     } else {
         f64::INFINITY
     }
@@ -155,8 +155,9 @@ pub enum PartitionError {
     Uncovered {
         /// The node.
         node: usize,
-        /// Candidates containing it whose cost is invalid or unknown: (target, cost).
-        unusable: Vec<(usize, Cost)>,
+        /// Candidates containing it whose cost is invalid or unknown: (target, cost, why the
+        /// estimator said so, where it did).
+        unusable: Vec<(usize, Cost, Option<String>)>,
     },
     /// No disjoint combination of candidates covers every node.
     NoCover {
@@ -297,9 +298,9 @@ pub fn partition_on_devices(
         Err(SearchError::Uncovered { node }) => {
             let unusable = candidates
                 .iter()
-                .zip(&est.costs)
+                .zip(est.costs.iter().zip(&est.why))
                 .filter(|(c, _)| c.sub_graph.inside.contains(node))
-                .map(|(c, &cost)| (c.target, cost))
+                .map(|(c, (&cost, why))| (c.target, cost, why.clone()))
                 .collect();
             return Err(PartitionError::Uncovered { node, unusable });
         }

@@ -24,6 +24,9 @@
 //! payload size of either elements × ceil(bits / 8) (what TVM's `SaveDLTensor` writes, lanes not
 //! multiplied in) or elements × ceil(bits × lanes / 8).
 //!
+//! [`write_devices`] is the other direction, for printing in TVM-compatible mode: the JSON TVM
+//! 0.19 writes for a meta table of virtual devices.
+//!
 //! The reader never recurses on the input: node references are followed a fixed number of levels
 //! with explicit lookups, and every index is bounds-checked. Malformed input of any kind gives a
 //! [`MetadataError`], never a panic.
@@ -598,6 +601,164 @@ impl Graph<'_> {
     }
 }
 
+/// The TVM release whose `SaveJSON` output [`write_devices`] reproduces.
+pub const TVM_VERSION: &str = "0.19.0";
+
+/// The metadata section of a module whose virtual devices are `meta[VirtualDevice][i]`: the JSON
+/// TVM 0.19's `SaveJSON` writes for the meta table `{"VirtualDevice": [devices...]}`, which its
+/// parser loads back into the same devices.
+///
+/// Nodes are numbered as TVM numbers them, depth first from the root map in the order of each
+/// object's fields; node 0 is the null object, and object fields refer to nodes by decimal index
+/// (`"0"` for null). A `VirtualDevice` node has its four fields (`device_type_int` and
+/// `virtual_device_id` are -1 when unset, `target` a `Target` node or null, `memory_scope` a
+/// `runtime.String`). A target string is written as a `Target` of the kind named by its first
+/// word (a `TargetKind` node, which TVM looks up by name), with no tag, keys, attributes or
+/// features, and, for a `-host=K` option, a host target of kind `K`. Other options are not
+/// written: TVM gives each option of a kind its own type, which a target string does not say.
+/// [`parse_metadata`] reads the kind and the host back, as it does for TVM's own output.
+pub fn write_devices(devices: &[VirtualDevice]) -> String {
+    let mut w = JsonWriter {
+        nodes: vec![r#"{"type_key": ""}"#.to_string()],
+    };
+    let map = w.reserve();
+    let array = w.reserve();
+    let elements: Vec<usize> = devices.iter().map(|d| w.device(d)).collect();
+    w.nodes[map] =
+        format!(r#"{{"type_key": "Map", "keys": ["VirtualDevice"], "data": [{array}]}}"#);
+    w.nodes[array] = w.container("Array", &elements);
+    let mut out = String::from("{\n  \"root\": 1,\n  \"nodes\": [\n");
+    for (i, n) in w.nodes.iter().enumerate() {
+        out.push_str("    ");
+        out.push_str(n);
+        out.push_str(if i + 1 < w.nodes.len() { ",\n" } else { "\n" });
+    }
+    out.push_str("  ],\n  \"b64ndarrays\": [],\n");
+    out.push_str(&format!(
+        "  \"attrs\": {{\"tvm_version\": \"{TVM_VERSION}\"}}\n}}"
+    ));
+    out
+}
+
+/// Builds the node list of [`write_devices`]; each node is its JSON text.
+struct JsonWriter {
+    nodes: Vec<String>,
+}
+
+impl JsonWriter {
+    /// A slot for a node whose fields are written once its children are numbered.
+    fn reserve(&mut self) -> usize {
+        self.nodes.push(String::new());
+        self.nodes.len() - 1
+    }
+
+    fn push(&mut self, node: String) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// An `Array` or `Map` node with the given elements (TVM leaves out an empty `data`).
+    fn container(&self, key: &str, elements: &[usize]) -> String {
+        if elements.is_empty() {
+            return format!(r#"{{"type_key": "{key}"}}"#);
+        }
+        let data: Vec<String> = elements.iter().map(usize::to_string).collect();
+        format!(r#"{{"type_key": "{key}", "data": [{}]}}"#, data.join(", "))
+    }
+
+    /// A node with a byte representation (a string, a target kind): `repr_str` when every byte
+    /// is printable ASCII, otherwise `repr_b64`; nothing for an empty one.
+    fn repr(&mut self, key: &str, bytes: &str) -> usize {
+        let node = if bytes.is_empty() {
+            format!(r#"{{"type_key": "{key}"}}"#)
+        } else if bytes.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            format!(
+                r#"{{"type_key": "{key}", "repr_str": {}}}"#,
+                json_string(bytes)
+            )
+        } else {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+            format!(r#"{{"type_key": "{key}", "repr_b64": "{b64}"}}"#)
+        };
+        self.push(node)
+    }
+
+    /// A node with object attributes, written as TVM writes them (keys sorted, values strings).
+    fn object(key: &str, attrs: &[(&str, String)]) -> String {
+        let mut attrs = attrs.to_vec();
+        attrs.sort();
+        let fields: Vec<String> = attrs
+            .iter()
+            .map(|(k, v)| format!("{}: {}", json_string(k), json_string(v)))
+            .collect();
+        format!(
+            r#"{{"type_key": "{key}", "attrs": {{{}}}}}"#,
+            fields.join(", ")
+        )
+    }
+
+    /// A `VirtualDevice` and its fields, in TVM's field order.
+    fn device(&mut self, d: &VirtualDevice) -> usize {
+        let at = self.reserve();
+        let target = match &d.target {
+            Some(t) => self.target(t),
+            None => 0,
+        };
+        let scope = self.repr("runtime.String", d.memory_scope.as_deref().unwrap_or(""));
+        let int = |v: Option<i32>| v.unwrap_or(-1).to_string();
+        self.nodes[at] = Self::object(
+            "VirtualDevice",
+            &[
+                ("device_type_int", int(d.device_type)),
+                ("virtual_device_id", int(d.virtual_device_id)),
+                ("target", target.to_string()),
+                ("memory_scope", scope.to_string()),
+            ],
+        );
+        at
+    }
+
+    /// A `Target` for a target string: its kind, and a host for `-host=K`.
+    fn target(&mut self, text: &str) -> usize {
+        let mut words = text.split_whitespace();
+        let kind = words.next().unwrap_or("");
+        let host = words
+            .find_map(|w| w.strip_prefix("-host="))
+            .filter(|h| !h.is_empty());
+        self.target_of_kind(kind, host)
+    }
+
+    fn target_of_kind(&mut self, kind: &str, host: Option<&str>) -> usize {
+        let at = self.reserve();
+        let kind_node = self.repr("TargetKind", kind);
+        let tag = self.repr("runtime.String", "");
+        let keys = self.push(self.container("Array", &[]));
+        let attrs = self.push(self.container("Map", &[]));
+        let features = self.push(self.container("Map", &[]));
+        let host = match host {
+            Some(h) => self.target_of_kind(h, None),
+            None => 0,
+        };
+        self.nodes[at] = Self::object(
+            "Target",
+            &[
+                ("kind", kind_node.to_string()),
+                ("tag", tag.to_string()),
+                ("keys", keys.to_string()),
+                ("attrs", attrs.to_string()),
+                ("features", features.to_string()),
+                ("host", host.to_string()),
+            ],
+        );
+        at
+    }
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
 /// Parses a plain decimal index (digits only).
 fn parse_u64(text: &str) -> Option<u64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -1032,6 +1193,68 @@ mod tests {
                 "memory_scope": "4", "target": "0", "virtual_device_id": "-1"}},
         ], "b64ndarrays": [], "attrs": {"tvm_version": "0.9.dev0"}})
         .to_string()
+    }
+
+    #[test]
+    fn written_devices_read_back() {
+        let dev = |t: Option<i32>, id: Option<i32>, target: Option<&str>, scope: Option<&str>| {
+            VirtualDevice {
+                device_type: t,
+                virtual_device_id: id,
+                target: target.map(str::to_string),
+                memory_scope: scope.map(str::to_string),
+            }
+        };
+        let devices = vec![
+            dev(Some(2), Some(0), None, None),
+            dev(Some(1), Some(0), Some("llvm"), None),
+            dev(Some(2), Some(1), Some("cuda -host=llvm"), Some("global")),
+            dev(None, None, None, Some("scope with \"quotes\" and \u{e9}")),
+            dev(Some(16), None, Some("hexagon"), None),
+        ];
+        let json = write_devices(&devices);
+        let table = parse_metadata(&json).unwrap();
+        let read: Vec<MetaObject> = devices.iter().cloned().map(MetaObject::Device).collect();
+        assert_eq!(table.objects["VirtualDevice"], read);
+        assert_eq!(table.objects.len(), 1);
+        // TVM's encoding: node 0 is null, the root map holds one array, unset fields are -1,
+        // object fields are node indices, a non-printable scope is base64, targets name their kind.
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["root"], 1);
+        assert_eq!(v["nodes"][0], json!({"type_key": ""}));
+        assert_eq!(
+            v["nodes"][1],
+            json!({"type_key": "Map", "keys": ["VirtualDevice"], "data": [2]})
+        );
+        assert_eq!(v["attrs"]["tvm_version"], "0.19.0");
+        assert_eq!(v["b64ndarrays"], json!([]));
+        assert_eq!(
+            v["nodes"][3],
+            json!({"type_key": "VirtualDevice", "attrs": {"device_type_int": "2",
+                "memory_scope": "4", "target": "0", "virtual_device_id": "0"}})
+        );
+        assert_eq!(v["nodes"][4], json!({"type_key": "runtime.String"}));
+        assert!(json.contains(r#"{"type_key": "TargetKind", "repr_str": "cuda"}"#));
+        assert!(json.contains(r#""type_key": "runtime.String", "repr_b64": ""#));
+        let targets = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["type_key"] == "Target")
+            .count();
+        assert_eq!(targets, 4, "llvm, cuda with its llvm host, hexagon");
+        // Options other than the host are not written, so they do not read back.
+        let with_options = dev(Some(2), Some(0), Some("cuda -arch=sm_80 -host=llvm"), None);
+        let table = parse_metadata(&write_devices(&[with_options])).unwrap();
+        assert_eq!(
+            table.get("VirtualDevice", 0),
+            Some(&MetaObject::Device(dev(
+                Some(2),
+                Some(0),
+                Some("cuda -host=llvm"),
+                None
+            )))
+        );
     }
 
     #[test]

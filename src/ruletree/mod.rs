@@ -327,6 +327,8 @@ pub struct Target {
     pub transition: Transition,
     /// The partition rule tree.
     pub rule: Rule,
+    /// Where the target is declared (its name), for diagnostics about it.
+    pub span: crate::source::Span,
 }
 
 /// A declared custom operator.

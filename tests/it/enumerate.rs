@@ -1,5 +1,5 @@
 //! Candidate enumeration (`src/enumerate`) against TVM's component tests
-//! (`/work/shared/reference/collage-component-tests.md`), driven by the fixtures in
+//! (`../shared/reference/collage-component-tests.md`, relative to the repository), driven by the fixtures in
 //! `tests/fixtures/enumerate/`.
 //!
 //! * Section C (`partition_rule_test.cc`): every scenario C1..C14 is a `.rules` file holding

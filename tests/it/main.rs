@@ -12,6 +12,7 @@ mod exec_ops;
 mod extract;
 mod fuse;
 mod generate;
+mod hardening;
 mod models;
 mod mutate;
 mod output;

@@ -10,6 +10,7 @@ pub mod diag;
 pub mod driver;
 pub mod dsl;
 pub mod enumerate;
+pub mod ffi;
 pub mod fuse;
 pub mod gen;
 pub mod ir;

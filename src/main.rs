@@ -164,6 +164,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
+    /// OpenBLAS): whether each is available, its library and version.
+    Backends {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+    },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
         #[command(subcommand)]
@@ -360,6 +367,9 @@ fn run(cli: Cli) -> Outcome {
                 timings,
             };
             driver::partition::partition_command(&req)
+        }
+        Command::Backends { format } => {
+            driver::backends::backends_command(format == FormatArg::Json)
         }
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {

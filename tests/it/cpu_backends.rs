@@ -262,3 +262,124 @@ fn partition_with_each_cpu_library() {
         }
     }
 }
+
+/// Runs `collage` with extra environment variables.
+fn collage_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_collage"));
+    cmd.args(args).current_dir(root());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the binary runs")
+}
+
+/// `collage backends` as JSON: name -> (available, path, version, error).
+fn backends_json(env: &[(&str, &str)]) -> serde_json::Value {
+    let out = collage_with_env(&["backends", "--format", "json"], env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn backend<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .unwrap_or_else(|| panic!("no backend {name}: {v}"))
+}
+
+/// On the test machine (`.ci/run` installs the libraries) every backend is there, with its
+/// library and version; the table lists them in order.
+#[test]
+fn backends_lists_every_backend_with_its_library() {
+    let v = backends_json(&[]);
+    let names: Vec<&str> = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reference", "native", "dnnl", "openblas"]);
+    for (name, package) in [("dnnl", "libdnnl2"), ("openblas", "libopenblas0-openmp")] {
+        let b = backend(&v, name);
+        assert_eq!(
+            b["available"], true,
+            "{name} is missing (install the Debian package {package}; .ci/run does): {b}"
+        );
+        let path = b["path"].as_str().unwrap();
+        assert!(std::path::Path::new(path).is_file(), "{path}");
+        assert!(b["error"].is_null());
+    }
+    assert!(backend(&v, "dnnl")["version"]
+        .as_str()
+        .unwrap()
+        .starts_with("2."));
+    assert!(backend(&v, "openblas")["version"]
+        .as_str()
+        .unwrap()
+        .contains("USE_OPENMP"));
+    assert_eq!(
+        backend(&v, "native")["available"],
+        true,
+        "no C compiler `cc`"
+    );
+    let out = collage_with_env(&["backends"], &[]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(rows[0].starts_with("backend"), "{text}");
+    assert!(
+        rows[3].starts_with("dnnl ") && rows[3].contains(" yes "),
+        "{text}"
+    );
+}
+
+/// A missing library (simulated by pointing the loader at a file that does not exist) is
+/// listed as unavailable with the package to install; partitioning, which needs no library,
+/// still works.
+#[test]
+fn missing_libraries_are_reported_and_nothing_else_breaks() {
+    let env = [
+        ("COLLAGE_DNNL_LIBRARY", "/nonexistent/libdnnl.so.2"),
+        ("COLLAGE_OPENBLAS_LIBRARY", "/nonexistent/libopenblas.so.0"),
+        ("CC", "/nonexistent/cc"),
+    ];
+    let v = backends_json(&env);
+    for (name, package) in [
+        ("dnnl", "apt-get install libdnnl2"),
+        ("openblas", "apt-get install libopenblas0-openmp"),
+        ("native", "apt-get install gcc"),
+    ] {
+        let b = backend(&v, name);
+        assert_eq!(b["available"], false, "{b}");
+        let error = b["error"].as_str().unwrap();
+        assert!(error.contains(package), "{error}");
+    }
+    assert_eq!(backend(&v, "reference")["available"], true);
+    let out = collage_with_env(&["backends"], &env);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("dnnl: oneDNN is not available (/nonexistent/libdnnl.so.2"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = collage_with_env(
+        &[
+            "partition",
+            "tests/models/resnet50.relay",
+            "-o",
+            dir.path().join("out.relay").to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -384,9 +384,10 @@ pub fn partition_on_devices(
 ///
 /// Devices are compared by type and id (`cpu`, `cuda(0)`); a target without a device type may
 /// live anywhere. The value of an operator call lives where the candidates covering it run;
-/// tuples, projections and `on_device` are looked through; a `device_copy` produces on its
-/// destination and reads on its source; parameters, constants and the function's result live
-/// on their planned device where the model was planned, else on the host target's device.
+/// tuples, projections, `on_device` and `device_copy` are looked through (a copy is a host
+/// node: the partitions on both sides of it see each other's devices and pay for the crossing
+/// through their transitions); parameters, constants and the function's result live on their
+/// planned device where the model was planned, else on the host target's device.
 pub struct Crossings {
     /// The devices in play, by (type, id); bit `k` of a mask is `devices[k]`.
     devices: Vec<(i32, Option<i32>)>,
@@ -447,7 +448,6 @@ impl Crossings {
             };
             x.produced[i] = match node_role(g, i) {
                 Role::Glue => look_through(&x),
-                Role::Copy { dst, .. } => dst.map_or(ANYWHERE, |d| x.bit(&d)),
                 Role::Kernel => kernel(i),
                 Role::Leaf => placed(&mut x, i),
                 Role::Root | Role::Other => ANYWHERE,
@@ -467,7 +467,6 @@ impl Crossings {
             };
             x.reads[i] = match node_role(g, i) {
                 Role::Glue => look_through(&x),
-                Role::Copy { src, .. } => src.map_or(ANYWHERE, |d| x.bit(&d)),
                 Role::Kernel => kernel(i),
                 Role::Root => {
                     let body = g.inputs(i).iter().map(|n| n.index()).max();
@@ -517,13 +516,9 @@ impl Crossings {
 
 /// What a node is to the crossing analysis.
 enum Role {
-    /// A tuple, a projection or an `on_device` annotation: no data of its own.
+    /// A tuple, a projection, an `on_device` annotation or a `device_copy`: no data of its own
+    /// (a copy's data comes from its operand's producer).
     Glue,
-    /// A `device_copy`, with its source and destination devices.
-    Copy {
-        src: Option<VirtualDevice>,
-        dst: Option<VirtualDevice>,
-    },
     /// A call a kernel runs.
     Kernel,
     /// A parameter or a constant.
@@ -546,23 +541,11 @@ fn node_role(g: &DataflowGraph<'_>, i: usize) -> Role {
         Expr::Var(_) | Expr::Const(_) => Role::Leaf,
         Expr::Call {
             callee: crate::ir::Callee::Op(op),
-            attrs,
             ..
-        } => {
-            let def = crate::ops::registry().get(*op);
-            let device = |name: &str| match attrs.get(def.attrs, name) {
-                Some(crate::ir::AttrValue::Device(d)) => Some(d.clone()),
-                _ => None,
-            };
-            match def.name {
-                "on_device" => Role::Glue,
-                "device_copy" => Role::Copy {
-                    src: device("src_virtual_device"),
-                    dst: device("dst_virtual_device"),
-                },
-                _ => Role::Kernel,
-            }
-        }
+        } => match crate::ops::registry().get(*op).name {
+            "on_device" | "device_copy" => Role::Glue,
+            _ => Role::Kernel,
+        },
         Expr::Call { .. } => Role::Kernel,
         _ => Role::Other,
     }

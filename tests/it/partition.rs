@@ -481,17 +481,18 @@ fn transitions_are_charged_only_across_planned_devices() {
     collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
     let g = DataflowGraph::new(&planned, planned.main().unwrap());
     let program = crate::enumerate::library();
-    let candidates: Vec<Candidate> = collage::enumerate::enumerate(
-        &g,
-        &program,
-        &collage::enumerate::Limits::default(),
-    )
-    .candidates
-    .into_iter()
-    .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
-    .collect();
+    let candidates: Vec<Candidate> =
+        collage::enumerate::enumerate(&g, &program, &collage::enumerate::Limits::default())
+            .candidates
+            .into_iter()
+            .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
+            .collect();
     let crossings = partition::Crossings::new(&g, &program, &candidates, Some(&plan.devices));
-    let tvm_cpu = program.targets.iter().position(|t| t.name == "tvm_cpu").unwrap();
+    let tvm_cpu = program
+        .targets
+        .iter()
+        .position(|t| t.name == "tvm_cpu")
+        .unwrap();
     let op = |name: &str| (0..g.len()).find(|&i| g.label[i] == name).unwrap();
     let (mul, tanh) = (op("multiply"), op("tanh"));
     let penalty_of = |nodes: &[usize]| {
@@ -499,7 +500,11 @@ fn transitions_are_charged_only_across_planned_devices() {
             .iter()
             .find(|c| {
                 c.target == tvm_cpu
-                    && c.sub_graph.inside.iter().filter(|&i| g.is_op_call(i)).collect::<Vec<_>>()
+                    && c.sub_graph
+                        .inside
+                        .iter()
+                        .filter(|&i| g.is_op_call(i))
+                        .collect::<Vec<_>>()
                         == nodes
             })
             .unwrap_or_else(|| panic!("no tvm_cpu candidate of {nodes:?}"));

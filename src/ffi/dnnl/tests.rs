@@ -777,3 +777,153 @@ fn rejected_descriptors_are_errors() {
     };
     assert!(rejected.is_unsupported(), "{rejected}");
 }
+
+/// The post-ops a residual uses: `sum` accumulates into the prefilled destination, `binary_add`
+/// adds a broadcast tensor given as a post-op argument.
+#[test]
+fn sum_and_binary_post_ops() {
+    let d = dnnl();
+    let engine = d.engine().unwrap();
+    let stream = engine.stream().unwrap();
+    let (m, k, n) = (2usize, 3usize, 4usize);
+    let x = values(m * k, 15);
+    let wt = values(n * k, 16);
+    let s = values(m * n, 17);
+    let row = values(n, 18);
+    let f32 = DataType::F32;
+    let src_md = d.md(&[m as i64, k as i64], f32, Tag::AB).unwrap();
+    let wei_md = d.md(&[n as i64, k as i64], f32, Tag::AB).unwrap();
+    let dst_md = d.md(&[m as i64, n as i64], f32, Tag::AB).unwrap();
+    let row_md = d.md(&[1, n as i64], f32, Tag::AB).unwrap();
+    let op = d.inner_product(&src_md, &wei_md, None, &dst_md).unwrap();
+    let mut po = d.post_ops().unwrap();
+    po.sum(1.0)
+        .unwrap()
+        .binary(Alg::BINARY_ADD, &row_md)
+        .unwrap();
+    let mut attr = d.attr().unwrap();
+    attr.set_post_ops(&po).unwrap();
+    let pd = PrimitiveDesc::new(&engine, &op, Some(&attr)).unwrap();
+    let src = load(&engine, &stream, &x, &src_md, &src_md);
+    let wei = load(&engine, &stream, &wt, &wei_md, &wei_md);
+    let rowm = load(&engine, &stream, &row, &row_md, &row_md);
+    let dst = load(&engine, &stream, &s, &dst_md, &dst_md);
+    pd.primitive()
+        .unwrap()
+        .run(
+            &stream,
+            &[
+                (sys::ARG_SRC, &src),
+                (sys::ARG_WEIGHTS, &wei),
+                (sys::ARG_DST, &dst),
+                (sys::arg_post_op(1) | sys::ARG_SRC_1, &rowm),
+            ],
+        )
+        .unwrap();
+    let want: Vec<f32> = (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k).map(|p| x[r * k + p] * wt[c * k + p]).sum::<f32>() + s[i] + row[c]
+        })
+        .collect();
+    assert_close(&dst.read_f32().unwrap(), &want, 1e-4, "sum + binary");
+}
+
+/// Max pooling 2x2/2, softmax over the last axis, and batch norm with global statistics and a
+/// fused relu, each against a loop.
+#[test]
+fn pooling_softmax_and_batch_norm() {
+    let d = dnnl();
+    let engine = d.engine().unwrap();
+    let stream = engine.stream().unwrap();
+    let f32 = DataType::F32;
+    // Pooling: [1, 2, 4, 4] -> [1, 2, 2, 2].
+    let x = values(32, 19);
+    let src_md = d.md(&[1, 2, 4, 4], f32, Tag::ABCD).unwrap();
+    let dst_md = d.md(&[1, 2, 2, 2], f32, Tag::ABCD).unwrap();
+    let op = d
+        .pooling(
+            Alg::POOLING_MAX,
+            &src_md,
+            &dst_md,
+            &[2, 2],
+            &[2, 2],
+            &[0, 0],
+            &[0, 0],
+        )
+        .unwrap();
+    let pd = PrimitiveDesc::new(&engine, &op, None).unwrap();
+    let src = load(&engine, &stream, &x, &src_md, &src_md);
+    let dst = Memory::allocate(&engine, &dst_md).unwrap();
+    pd.primitive()
+        .unwrap()
+        .run(&stream, &[(sys::ARG_SRC, &src), (sys::ARG_DST, &dst)])
+        .unwrap();
+    let mut want = Vec::new();
+    for c in 0..2 {
+        for y in 0..2 {
+            for xx in 0..2 {
+                let at = |dy: usize, dx: usize| x[(c * 4 + y * 2 + dy) * 4 + xx * 2 + dx];
+                want.push(at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1)));
+            }
+        }
+    }
+    assert_eq!(dst.read_f32().unwrap(), want);
+    // Softmax over axis 1 of [3, 5].
+    let x = values(15, 20);
+    let md = d.md(&[3, 5], f32, Tag::AB).unwrap();
+    let pd = PrimitiveDesc::new(&engine, &d.softmax(&md, 1).unwrap(), None).unwrap();
+    let src = load(&engine, &stream, &x, &md, &md);
+    let dst = Memory::allocate(&engine, &md).unwrap();
+    pd.primitive()
+        .unwrap()
+        .run(&stream, &[(sys::ARG_SRC, &src), (sys::ARG_DST, &dst)])
+        .unwrap();
+    let mut want = Vec::new();
+    for r in 0..3 {
+        let row = &x[r * 5..r * 5 + 5];
+        let max = row.iter().cloned().fold(f32::MIN, f32::max);
+        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+        want.extend(row.iter().map(|v| (v - max).exp() / sum));
+    }
+    assert_close(&dst.read_f32().unwrap(), &want, 1e-5, "softmax");
+    // Batch norm over the channels of [2, 3, 2, 2], global statistics, scale, shift, relu.
+    let x = values(24, 21);
+    let (gamma, beta, mean) = (values(3, 22), values(3, 23), values(3, 24));
+    let var: Vec<f32> = values(3, 25).iter().map(|v| v.abs() + 0.5).collect();
+    let eps = 1e-5f32;
+    let md = d.md(&[2, 3, 2, 2], f32, Tag::ABCD).unwrap();
+    let c_md = d.md(&[3], f32, Tag::A).unwrap();
+    let flags = sys::USE_GLOBAL_STATS | sys::USE_SCALE | sys::USE_SHIFT | sys::FUSE_NORM_RELU;
+    let pd = PrimitiveDesc::new(&engine, &d.batch_norm(&md, eps, flags).unwrap(), None).unwrap();
+    let one = |v: &[f32]| load(&engine, &stream, v, &c_md, &c_md);
+    let (src, g, b, mu, s2) = (
+        load(&engine, &stream, &x, &md, &md),
+        one(&gamma),
+        one(&beta),
+        one(&mean),
+        one(&var),
+    );
+    let dst = Memory::allocate(&engine, &md).unwrap();
+    pd.primitive()
+        .unwrap()
+        .run(
+            &stream,
+            &[
+                (sys::ARG_SRC, &src),
+                (sys::ARG_MEAN, &mu),
+                (sys::ARG_VARIANCE, &s2),
+                (sys::ARG_SCALE, &g),
+                (sys::ARG_SHIFT, &b),
+                (sys::ARG_DST, &dst),
+            ],
+        )
+        .unwrap();
+    let want: Vec<f32> = (0..24)
+        .map(|i| {
+            let c = (i / 4) % 3;
+            ((x[i] - mean[c]) / (var[c] + eps).sqrt() * gamma[c] + beta[c]).max(0.0)
+        })
+        .collect();
+    assert_close(&dst.read_f32().unwrap(), &want, 1e-4, "batch norm");
+}

@@ -208,6 +208,13 @@ enum Command {
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
     },
+    /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
+    /// OpenBLAS): whether each is available, its library and version.
+    Backends {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+    },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
         #[command(subcommand)]
@@ -456,6 +463,9 @@ fn run(cli: Cli) -> Outcome {
             rtol,
             atol,
         }),
+        Command::Backends { format } => {
+            driver::backends::backends_command(format == FormatArg::Json)
+        }
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {
                 driver::generate_command(driver::Generated::Gpt2 { layers }, output.as_deref())

@@ -17,6 +17,7 @@ pub mod fuse;
 pub mod gen;
 pub mod ir;
 pub mod library;
+pub mod measure;
 pub mod ops;
 pub mod partition;
 pub mod relay;

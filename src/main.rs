@@ -83,8 +83,8 @@ enum Command {
         /// Only these targets (the host is always used).
         #[arg(long = "target", value_name = "NAME")]
         targets: Vec<String>,
-        /// Cost estimators, tried in order, joined by `+`: `analytic`, `mock:FILE.json`,
-        /// `table:FILE.json`, `cmd:COMMAND`.
+        /// Cost estimators, tried in order, joined by `+`: `analytic`, `measure`,
+        /// `mock:FILE.json`, `table:FILE.json`, `cmd:COMMAND`.
         #[arg(long, value_name = "SPEC", default_value = "analytic")]
         costs: String,
         /// Time limit in seconds for one `cmd:` measurement.
@@ -138,6 +138,8 @@ enum Command {
         timings: bool,
         #[command(flatten)]
         module_output: ModuleOutput,
+        #[command(flatten)]
+        measure: MeasureFlags,
     },
     /// Plan the virtual device of every expression and print the planned module.
     PlanDevices {
@@ -215,6 +217,69 @@ enum Command {
         #[arg(long, value_enum, default_value_t = FormatArg::Table)]
         format: FormatArg,
     },
+    /// Partition a model with measured costs, then run the Collage plan and every baseline
+    /// placement end to end and compare their latencies and outputs.
+    Bench {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Rules files or directories (default: the shipped library).
+        #[arg(long, num_args = 1..)]
+        rules: Vec<PathBuf>,
+        /// Only these targets (default: the targets that can run on this machine; the host is
+        /// always used).
+        #[arg(long = "target", value_name = "NAME")]
+        targets: Vec<String>,
+        /// Cost estimators, tried in order, joined by `+` (as for `partition`).
+        #[arg(long, value_name = "SPEC", default_value = "measure")]
+        costs: String,
+        /// Time limit in seconds for one `cmd:` measurement.
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 60.0,
+            allow_negative_numbers = true
+        )]
+        cost_timeout: f64,
+        /// Depth limit for native targets' candidates.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
+        tvm_max_depth: u32,
+        /// Depth limit for BYOC targets' candidates.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
+        byoc_max_depth: u32,
+        /// Time budget in seconds of one placement's end-to-end measurement (default 20).
+        #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+        run_budget: Option<f64>,
+        /// Relative tolerance of the output check against the reference interpreter (default
+        /// 1e-3 for float32, 5e-2 for float16).
+        #[arg(long, value_name = "X")]
+        rtol: Option<f64>,
+        /// Absolute tolerance of the output check (default as `--rtol`).
+        #[arg(long, value_name = "X")]
+        atol: Option<f64>,
+        /// Report format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// Write the comparison as an SVG bar chart here.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        #[command(flatten)]
+        measure: MeasureFlags,
+    },
+    /// Inspect or empty the cache directory (compiled kernels and measured costs).
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
         #[command(subcommand)]
@@ -255,6 +320,78 @@ enum GenerateModel {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
     },
+}
+
+/// What `collage cache` does.
+#[derive(Subcommand, Debug)]
+enum CacheAction {
+    /// Show what the cache holds.
+    Stats {
+        #[command(flatten)]
+        place: CachePlace,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the compiled kernels and the measurements.
+    Clear {
+        #[command(flatten)]
+        place: CachePlace,
+        /// Remove only the compiled kernels.
+        #[arg(long, conflicts_with = "measurements")]
+        kernels: bool,
+        /// Remove only the measurements.
+        #[arg(long)]
+        measurements: bool,
+    },
+}
+
+/// Which cache (flattened into the `cache` subcommands).
+#[derive(clap::Args, Clone, Debug)]
+struct CachePlace {
+    /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`, else
+    /// `~/.cache/collage`).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// The measurement database alone (default: `measurements.sqlite` in the cache directory).
+    #[arg(long, value_name = "FILE")]
+    cache: Option<PathBuf>,
+}
+
+/// Where and how `--costs measure` measures (flattened into `partition` and `bench`).
+#[derive(clap::Args, Clone, Debug)]
+struct MeasureFlags {
+    /// Threads the candidates (and, for `bench`, the placements) run on (default: all cores).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// The cache directory for kernels and measurements (default: `$COLLAGE_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/collage`, else `~/.cache/collage`).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// The measurement database alone (default: `measurements.sqlite` in the cache directory).
+    #[arg(long, value_name = "FILE")]
+    cache: Option<PathBuf>,
+    /// Time budget in seconds of one candidate's measurement (default 1).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    measure_budget: Option<f64>,
+    /// Seed of the random weights and inputs of measurements.
+    #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED)]
+    seed: u64,
+    /// Show progress on stderr even when it is not a terminal (a line every few seconds).
+    #[arg(long)]
+    progress: bool,
+}
+
+impl MeasureFlags {
+    fn args(&self) -> driver::measuring::MeasureArgs {
+        driver::measuring::MeasureArgs {
+            threads: self.threads,
+            cache_dir: self.cache_dir.clone(),
+            cache: self.cache.clone(),
+            budget: self.measure_budget,
+            seed: self.seed,
+        }
+    }
 }
 
 /// How a command that prints a module prints it (flattened into each such command).
@@ -405,6 +542,7 @@ fn run(cli: Cli) -> Outcome {
             prune,
             timings,
             module_output,
+            measure,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
                 eprintln!("error: `--cost-timeout` must be a positive number of seconds");
@@ -432,9 +570,73 @@ fn run(cli: Cli) -> Outcome {
                 prune,
                 timings,
                 print: module_output.options(true),
+                measure: measure.args(),
+                progress: measure.progress,
             };
             driver::partition::partition_command(&req)
         }
+        Command::Bench {
+            model,
+            rules,
+            targets,
+            costs,
+            cost_timeout,
+            tvm_max_depth,
+            byoc_max_depth,
+            run_budget,
+            rtol,
+            atol,
+            format,
+            plot,
+            measure,
+        } => {
+            if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
+                eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+                return Outcome::Usage;
+            }
+            driver::bench::bench_command(&driver::bench::Request {
+                model,
+                rules,
+                targets,
+                costs,
+                cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
+                limits: collage::enumerate::Limits {
+                    tvm_max_depth: tvm_max_depth.max(1),
+                    byoc_max_depth: byoc_max_depth.max(1),
+                },
+                measure: measure.args(),
+                run_budget,
+                format: match format {
+                    FormatArg::Table => driver::partition::Format::Table,
+                    FormatArg::Json => driver::partition::Format::Json,
+                },
+                plot,
+                rtol,
+                atol,
+                progress: measure.progress,
+            })
+        }
+        Command::Cache { action } => match action {
+            CacheAction::Stats { place, json } => {
+                driver::cache::stats_command(&driver::cache::Request {
+                    cache_dir: place.cache_dir,
+                    cache: place.cache,
+                    json,
+                    ..Default::default()
+                })
+            }
+            CacheAction::Clear {
+                place,
+                kernels,
+                measurements,
+            } => driver::cache::clear_command(&driver::cache::Request {
+                cache_dir: place.cache_dir,
+                cache: place.cache,
+                kernels_only: kernels,
+                measurements_only: measurements,
+                json: false,
+            }),
+        },
         Command::Run {
             model,
             seed,

@@ -45,25 +45,15 @@ pub fn estimate_all(
         }
         slot.push(Some(s));
     }
-    let price = |k: usize| {
-        estimator.estimate(&Request {
+    let reqs: Vec<Request<'_, '_>> = first
+        .iter()
+        .map(|&k| Request {
             graph: g,
             program,
             candidate: &candidates[k],
         })
-    };
-    let distinct: Vec<Estimate> = if estimator.parallel() && first.len() > 1 {
-        parallel_map(&first, &price, progress)
-    } else {
-        first
-            .iter()
-            .enumerate()
-            .map(|(n, &k)| {
-                progress(n, first.len());
-                price(k)
-            })
-            .collect()
-    };
+        .collect();
+    let distinct: Vec<Estimate> = estimator.estimate_many(&reqs, progress);
     progress(first.len(), first.len());
     Estimates {
         costs: slot
@@ -78,16 +68,15 @@ pub fn estimate_all(
     }
 }
 
-/// `f` over `items` on as many threads as there are cores (at least 4: measurers mostly wait).
-fn parallel_map(
-    items: &[usize],
+/// `f` over `0..n` on as many threads as there are cores (at least 4: measurers mostly wait).
+pub(crate) fn parallel_map(
+    n: usize,
     f: &(dyn Fn(usize) -> Estimate + Sync),
     progress: &dyn Fn(usize, usize),
 ) -> Vec<Estimate> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
-    let out: Vec<Mutex<Estimate>> = items
-        .iter()
+    let out: Vec<Mutex<Estimate>> = (0..n)
         .map(|_| Mutex::new(Estimate::of(Cost::UNKNOWN)))
         .collect();
     let next = AtomicUsize::new(0);
@@ -95,15 +84,17 @@ fn parallel_map(
     let workers = std::thread::available_parallelism()
         .map_or(4, |p| p.get())
         .max(4)
-        .min(items.len());
+        .min(n);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&k) = items.get(n) else { break };
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        break;
+                    }
                     let c = f(k);
-                    if let Ok(mut slot) = out[n].lock() {
+                    if let Ok(mut slot) = out[k].lock() {
                         *slot = c;
                     }
                     done.fetch_add(1, Ordering::Relaxed);
@@ -112,7 +103,7 @@ fn parallel_map(
             .collect();
         // The calling thread reports progress while the workers run.
         loop {
-            progress(done.load(Ordering::Relaxed), items.len());
+            progress(done.load(Ordering::Relaxed), n);
             if handles.iter().all(|h| h.is_finished()) {
                 break;
             }

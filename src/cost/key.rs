@@ -279,7 +279,25 @@ pub fn fingerprint(g: &DataflowGraph<'_>, c: &Candidate, target: &str) -> String
     format!("{:016x}", h.0)
 }
 
-fn fingerprint_sub_graph(g: &DataflowGraph<'_>, sg: &SubGraph, h: &mut Fnv) {
+/// The stable structural key of a candidate for persistent caches: the [`fingerprint`]'s walk
+/// hashed to 128 bits (32 hex digits), equal for structurally equal candidates of the same
+/// target in any model and any process.
+pub fn stable_key(g: &DataflowGraph<'_>, c: &Candidate, target: &str) -> String {
+    let mut h = Fnv128::new();
+    h.write(target.as_bytes());
+    fingerprint_sub_graph(g, &c.sub_graph, &mut h);
+    format!("{:032x}", h.0)
+}
+
+/// What the fingerprint walk feeds its texts and numbers to.
+trait Sink {
+    fn write(&mut self, bytes: &[u8]);
+    fn write_u64(&mut self, v: u64) {
+        self.write(&v.to_le_bytes());
+    }
+}
+
+fn fingerprint_sub_graph(g: &DataflowGraph<'_>, sg: &SubGraph, h: &mut dyn Sink) {
     let members: Vec<usize> = sg.inside.iter().collect();
     let local = |i: usize| members.binary_search(&i).ok();
     let mut params: Vec<usize> = Vec::new();
@@ -324,7 +342,9 @@ impl Fnv {
     fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
+}
 
+impl Sink for Fnv {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 ^= u64::from(b);
@@ -334,9 +354,26 @@ impl Fnv {
         self.0 ^= 0xff;
         self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
     }
+}
 
-    fn write_u64(&mut self, v: u64) {
-        self.write(&v.to_le_bytes());
+/// 128-bit FNV-1a.
+struct Fnv128(u128);
+
+impl Fnv128 {
+    fn new() -> Fnv128 {
+        Fnv128(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+    }
+}
+
+impl Sink for Fnv128 {
+    fn write(&mut self, bytes: &[u8]) {
+        const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+        for &b in bytes {
+            self.0 ^= u128::from(b);
+            self.0 = self.0.wrapping_mul(PRIME);
+        }
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(PRIME);
     }
 }
 
@@ -379,6 +416,14 @@ mod tests {
         assert_eq!(prints[0], prints[1]);
         assert_ne!(keys[0], keys[2]);
         assert_ne!(prints[0], prints[2]);
+        let stable: Vec<String> = relus
+            .iter()
+            .map(|&i| stable_key(&g, &single(i), "t"))
+            .collect();
+        assert_eq!(stable[0], stable[1]);
+        assert_ne!(stable[0], stable[2]);
+        assert_eq!(stable[0].len(), 32);
+        assert_ne!(stable[0], stable_key(&g, &single(relus[0]), "u"));
     }
 
     #[test]

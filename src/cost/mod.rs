@@ -172,6 +172,28 @@ pub trait Estimator: Send + Sync {
     fn parallel(&self) -> bool {
         false
     }
+
+    /// Prices several requests, each of a distinct structure, reporting `(done, total)` as it
+    /// goes. The default asks [`Estimator::estimate`] for each, on several threads when the
+    /// estimator is [`Estimator::parallel`]; an estimator that works better on a whole batch
+    /// (compiling in parallel, then timing one at a time) overrides it.
+    fn estimate_many(
+        &self,
+        reqs: &[Request<'_, '_>],
+        progress: &dyn Fn(usize, usize),
+    ) -> Vec<Estimate> {
+        if self.parallel() && reqs.len() > 1 {
+            cache::parallel_map(reqs.len(), &|k| self.estimate(&reqs[k]), progress)
+        } else {
+            reqs.iter()
+                .enumerate()
+                .map(|(n, r)| {
+                    progress(n, reqs.len());
+                    self.estimate(r)
+                })
+                .collect()
+        }
+    }
 }
 
 /// Estimators tried in order: the first cost that is not `UNKNOWN` wins. When every
@@ -208,6 +230,50 @@ impl Estimator for Chain {
     fn parallel(&self) -> bool {
         self.0.iter().any(|e| e.parallel())
     }
+
+    /// Each estimator in turn prices, as one batch, the requests that every estimator before
+    /// it answered `UNKNOWN`.
+    fn estimate_many(
+        &self,
+        reqs: &[Request<'_, '_>],
+        progress: &dyn Fn(usize, usize),
+    ) -> Vec<Estimate> {
+        let mut out: Vec<Option<Estimate>> = vec![None; reqs.len()];
+        let mut unknown: Vec<Vec<String>> = vec![Vec::new(); reqs.len()];
+        let mut open: Vec<usize> = (0..reqs.len()).collect();
+        for e in &self.0 {
+            if open.is_empty() {
+                break;
+            }
+            let batch: Vec<Request<'_, '_>> = open
+                .iter()
+                .map(|&k| Request {
+                    graph: reqs[k].graph,
+                    program: reqs[k].program,
+                    candidate: reqs[k].candidate,
+                })
+                .collect();
+            let answers = e.estimate_many(&batch, progress);
+            let mut still = Vec::new();
+            for (&k, answer) in open.iter().zip(answers) {
+                let why = answer.why.map(|w| format!("{}: {w}", e.name()));
+                if answer.cost.is_unknown() {
+                    unknown[k].push(why.unwrap_or_else(|| format!("{}: no estimate", e.name())));
+                    still.push(k);
+                } else {
+                    out[k] = Some(Estimate {
+                        cost: answer.cost,
+                        why,
+                    });
+                }
+            }
+            open = still;
+        }
+        out.into_iter()
+            .zip(unknown)
+            .map(|(o, u)| o.unwrap_or_else(|| Estimate::because(Cost::UNKNOWN, u.join("; "))))
+            .collect()
+    }
 }
 
 /// A problem with a `--costs` specification or the files it names.
@@ -225,19 +291,33 @@ impl fmt::Display for SpecError {
 pub struct SpecOptions {
     /// Time limit for one run of a `cmd:` measurer.
     pub cmd_timeout: std::time::Duration,
+    /// The measuring estimator that a `measure` item stands for (opened by the caller, which
+    /// reads its counters afterwards); `None`: `measure` is refused.
+    pub measure: Option<std::sync::Arc<crate::measure::Measure>>,
 }
 
 impl Default for SpecOptions {
     fn default() -> Self {
         SpecOptions {
             cmd_timeout: std::time::Duration::from_secs(60),
+            measure: None,
         }
     }
 }
 
+/// Whether a `--costs` specification has a `measure` item (before any `cmd:`, which takes the
+/// rest of the specification).
+pub fn spec_uses_measure(spec: &str) -> bool {
+    spec.split('+')
+        .map(str::trim)
+        .take_while(|i| !i.starts_with("cmd:"))
+        .any(|i| i == "measure")
+}
+
 /// Builds the estimator chain of a `--costs` specification: comma-free items separated by
-/// `+` are tried in order (`table:m.json+analytic`). Items: `analytic`, `mock:FILE.json`,
-/// `table:FILE.json`, `cmd:COMMAND` (a `cmd:` item takes the rest of the specification).
+/// `+` are tried in order (`table:m.json+analytic`). Items: `analytic`, `measure`,
+/// `mock:FILE.json`, `table:FILE.json`, `cmd:COMMAND` (a `cmd:` item takes the rest of the
+/// specification).
 pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
     let mut out: Vec<Box<dyn Estimator>> = Vec::new();
     let mut rest = spec.trim();
@@ -271,6 +351,14 @@ pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
         };
         match (kind, arg) {
             ("analytic", None) => out.push(Box::new(analytic::Analytic)),
+            ("measure", None) => match &opts.measure {
+                Some(m) => out.push(Box::new(crate::measure::Shared(m.clone()))),
+                None => {
+                    return Err(SpecError(
+                        "`measure` is not available to this command".to_string(),
+                    ))
+                }
+            },
             ("mock", Some(path)) => out.push(Box::new(mock::Mock::from_file(path)?)),
             ("table", Some(path)) => out.push(Box::new(table::Table::from_file(path)?)),
             ("mock" | "table", None) => {
@@ -280,8 +368,8 @@ pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
             }
             _ => {
                 return Err(SpecError(format!(
-                    "unknown cost estimator `{item}`; expected `analytic`, `mock:FILE.json`, \
-                     `table:FILE.json` or `cmd:COMMAND`"
+                    "unknown cost estimator `{item}`; expected `analytic`, `measure`, \
+                     `mock:FILE.json`, `table:FILE.json` or `cmd:COMMAND`"
                 )))
             }
         }
@@ -354,5 +442,11 @@ mod tests {
         assert!(from_spec("analytic+", &o).is_err());
         assert!(from_spec("+analytic", &o).is_err());
         assert!(from_spec("mock:/nonexistent.json", &o).is_err());
+        // `measure` needs a measurer opened by the caller.
+        assert!(from_spec("measure+analytic", &o).is_err());
+        assert!(spec_uses_measure(" measure + analytic"));
+        assert!(spec_uses_measure("analytic+measure"));
+        assert!(!spec_uses_measure("analytic+cmd:measure"));
+        assert!(!spec_uses_measure("measured"));
     }
 }

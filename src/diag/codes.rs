@@ -218,6 +218,17 @@ codes! {
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
 
+    /// The measurement cache cannot be opened or created (or there is no cache directory).
+    E2401 = "E2401", "cannot use the measurement cache";
+    /// A damaged measurement cache was moved aside and rebuilt empty.
+    W2402 = "W2402", "measurement cache rebuilt";
+    /// The measurement cache failed while measuring; measuring went on without it.
+    W2403 = "W2403", "measurement cache failed";
+    /// A plan run by `collage bench` gives outputs that differ from the reference interpreter's.
+    E2404 = "E2404", "benchmarked outputs differ";
+    /// `collage cache clear` could not remove what the cache holds.
+    E2405 = "E2405", "cannot clear the cache";
+
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";
     /// An output file that cannot be written.

@@ -275,10 +275,13 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
 }
 
 pub mod backends;
+pub mod bench;
+pub mod cache;
 mod candidates;
 mod devices;
 mod fuse;
 mod generate;
+pub mod measuring;
 pub mod output;
 pub mod partition;
 pub mod run;

@@ -57,12 +57,16 @@ pub struct Request {
     pub timings: bool,
     /// How the partitioned program is printed (`--tvm-compat`).
     pub print: crate::relay::print::PrintOptions,
+    /// Where and how `--costs measure` measures.
+    pub measure: super::measuring::MeasureArgs,
+    /// Show progress on stderr even when it is not a terminal.
+    pub progress: bool,
 }
 
 /// Runs `collage partition`.
 pub fn partition_command(req: &Request) -> Outcome {
     let start = Instant::now();
-    let bar = Bar::new(req.timings);
+    let bar = Bar::new(req.timings, req.progress);
     bar.phase("loading", 0);
     let mut sources = SourceMap::new();
     if let Err(o) = check_outputs(req, &[]) {
@@ -97,8 +101,13 @@ pub fn partition_command(req: &Request) -> Outcome {
         );
         return Outcome::InputErrors;
     }
+    let measurer = match super::measuring::open(&req.measure, &req.costs, &program.targets) {
+        Ok(m) => m,
+        Err(o) => return o,
+    };
     let opts = cost::SpecOptions {
         cmd_timeout: req.cmd_timeout,
+        measure: measurer.clone(),
     };
     let estimator = match cost::from_spec(&req.costs, &opts) {
         Ok(e) => e,
@@ -108,32 +117,9 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     };
     warn_unpriced(&program, &estimator, &sources);
-    let m = match load_model(&mut sources, &req.model) {
-        Ok(m) => m,
+    let (m, devices) = match load_planned(&mut sources, &req.model) {
+        Ok(x) => x,
         Err(o) => return o,
-    };
-    if let Err(o) = super::main_of(&m, &req.model) {
-        return o;
-    }
-    // Models with device annotations are planned first (with nothing defaulted), and the
-    // planned module, with its copies, is what gets partitioned.
-    let (m, devices) = if crate::devices::has_annotations(&m) {
-        match crate::devices::plan_devices(&m, &crate::ir::VirtualDevice::unconstrained()) {
-            Ok(plan) => {
-                let mut planned = plan.module;
-                if let Err(d) = crate::typeck::check(&mut planned) {
-                    super::report(&d, &sources);
-                    return Outcome::Internal;
-                }
-                (planned, Some(plan.devices))
-            }
-            Err(d) => {
-                super::report(&d, &sources);
-                return Outcome::InputErrors;
-            }
-        }
-    } else {
-        (m, None)
     };
     let Some(main) = m.main() else {
         return Outcome::Internal;
@@ -148,14 +134,12 @@ pub fn partition_command(req: &Request) -> Outcome {
         prune: req.prune,
     };
     bar.show();
-    let plan = match partition::partition_on_devices(
-        &g,
-        &program,
-        &estimator,
-        &popts,
-        &bar,
-        devices.as_deref(),
-    ) {
+    let plan =
+        partition::partition_on_devices(&g, &program, &estimator, &popts, &bar, devices.as_deref());
+    if let Some(m) = &measurer {
+        bar.hide_for(|| super::measuring::report_notes(m));
+    }
+    let plan = match plan {
         Ok(p) => p,
         Err(e) => {
             bar.finish();
@@ -231,7 +215,10 @@ pub fn partition_command(req: &Request) -> Outcome {
     }
     let printed = match req.format {
         Format::Json => {
-            let v = report_json(&m, &g, &sources, &program, &plan, elapsed, &explained);
+            let mut v = report_json(&m, &g, &sources, &program, &plan, elapsed, &explained);
+            if let Some(mm) = &measurer {
+                v["stats"]["measure"] = super::measuring::summary_json(mm);
+            }
             super::out(&format!(
                 "{}\n",
                 serde_json::to_string_pretty(&v).unwrap_or_default()
@@ -244,6 +231,9 @@ pub fn partition_command(req: &Request) -> Outcome {
                 String::new()
             };
             text.push_str(&report_table(&m, &g, &sources, &program, &plan, elapsed));
+            if let Some(mm) = &measurer {
+                text.push_str(&format!("{}\n", super::measuring::summary_line(mm)));
+            }
             for e in &explained {
                 text.push_str(&format!("\n{}", e.text));
             }
@@ -251,6 +241,34 @@ pub fn partition_command(req: &Request) -> Outcome {
         }
     };
     super::written(printed)
+}
+
+/// Loads a model for partitioning: models with device annotations are planned first (with
+/// nothing defaulted), and the planned module, with its copies, is what gets partitioned; the
+/// planned device of every expression comes along.
+pub(crate) fn load_planned(
+    sources: &mut SourceMap,
+    path: &std::path::Path,
+) -> Result<(Module, Option<Vec<crate::ir::VirtualDevice>>), Outcome> {
+    let m = load_model(sources, path)?;
+    super::main_of(&m, path)?;
+    if !crate::devices::has_annotations(&m) {
+        return Ok((m, None));
+    }
+    match crate::devices::plan_devices(&m, &crate::ir::VirtualDevice::unconstrained()) {
+        Ok(plan) => {
+            let mut planned = plan.module;
+            if let Err(d) = crate::typeck::check(&mut planned) {
+                super::report(&d, sources);
+                return Err(Outcome::Internal);
+            }
+            Ok((planned, Some(plan.devices)))
+        }
+        Err(d) => {
+            super::report(&d, sources);
+            Err(Outcome::InputErrors)
+        }
+    }
 }
 
 /// Refuses `-o` and `--dot` naming each other, the model, a rules file given on the command line
@@ -288,7 +306,7 @@ fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
 /// W2107 for each target that the analytic estimator will be asked to price but cannot: it has
 /// no `cost { peak = ...; bandwidth = ...; }` block. Only estimators before `analytic` in the
 /// chain could price its candidates.
-fn warn_unpriced(program: &Program, estimator: &cost::Chain, sources: &SourceMap) {
+pub(crate) fn warn_unpriced(program: &Program, estimator: &cost::Chain, sources: &SourceMap) {
     let names: Vec<String> = estimator.0.iter().map(|e| e.name()).collect();
     let Some(at) = names.iter().position(|n| n == "analytic") else {
         return;
@@ -327,7 +345,7 @@ fn warn_unpriced(program: &Program, estimator: &cost::Chain, sources: &SourceMap
 }
 
 /// Keeps the named targets (and every host target).
-fn select_targets(program: Program, names: &[String]) -> Result<Program, Outcome> {
+pub(crate) fn select_targets(program: Program, names: &[String]) -> Result<Program, Outcome> {
     if names.is_empty() {
         return Ok(program);
     }
@@ -369,7 +387,7 @@ fn select_targets(program: Program, names: &[String]) -> Result<Program, Outcome
 }
 
 /// The diagnostic of a partitioning failure.
-fn error_diagnostic(
+pub(crate) fn error_diagnostic(
     m: &Module,
     g: &DataflowGraph<'_>,
     program: &Program,
@@ -859,41 +877,66 @@ pub fn dot(m: &Module, g: &DataflowGraph<'_>, program: &Program, plan: &Plan) ->
     out
 }
 
-/// A progress bar on stderr, shown (between [`Bar::show`] and [`Bar::hide`]) only when stderr
-/// is a terminal; with `--timings`, the wall time of each phase on stderr as well.
-struct Bar {
+/// The plain progress lines' state: the phase, when it began, when the last line was printed.
+type Lines = (String, Instant, Option<Instant>);
+
+/// A progress bar on stderr, shown (between [`Bar::show`] and [`Bar::hide`]) when stderr is a
+/// terminal; with `--progress` on another stderr, a line every few seconds instead. With
+/// `--timings`, the wall time of each phase on stderr as well.
+pub(crate) struct Bar {
     bar: std::cell::RefCell<Option<indicatif::ProgressBar>>,
     /// With `--timings`: the current phase and when it began.
     timing: Option<std::cell::RefCell<Option<(String, Instant)>>>,
+    /// `--progress` on a stderr that is not a terminal: (phase, its start, last line printed).
+    lines_cell: std::cell::OnceCell<std::cell::RefCell<Lines>>,
+    /// Progress is wanted even when stderr is not a terminal.
+    forced: bool,
 }
 
 impl Bar {
-    fn new(timings: bool) -> Bar {
+    pub(crate) fn new(timings: bool, forced: bool) -> Bar {
         Bar {
             bar: Default::default(),
             timing: timings.then(Default::default),
+            lines_cell: std::cell::OnceCell::new(),
+            forced,
         }
     }
 
-    /// Shows the bar, if stderr is a terminal.
-    fn show(&self) {
+    /// Shows the bar, if stderr is a terminal (or lines, when forced).
+    pub(crate) fn show(&self) {
         use std::io::IsTerminal;
         if !std::io::stderr().is_terminal() {
+            if self.forced {
+                let _ = self.lines_cell.set(std::cell::RefCell::new((
+                    String::new(),
+                    Instant::now(),
+                    None,
+                )));
+            }
             return;
         }
         let b = indicatif::ProgressBar::new(0);
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{msg:24} [{bar:30}] {pos}/{len}")
-        {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg:24} [{bar:30}] {pos}/{len} {elapsed_precise} (ETA {eta})",
+        ) {
             b.set_style(style);
         }
         *self.bar.borrow_mut() = Some(b);
     }
 
     /// Clears the bar from the terminal (before output or diagnostics); timing goes on.
-    fn hide(&self) {
+    pub(crate) fn hide(&self) {
         if let Some(b) = self.bar.borrow_mut().take() {
             b.finish_and_clear();
+        }
+    }
+
+    /// Runs `f` (which prints to stderr) with the bar out of the way.
+    pub(crate) fn hide_for(&self, f: impl FnOnce()) {
+        match &*self.bar.borrow() {
+            Some(b) => b.suspend(f),
+            None => f(),
         }
     }
 
@@ -917,7 +960,7 @@ impl Bar {
     }
 
     /// Clears the bar and ends the current phase.
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.hide();
         self.end_phase(None);
     }
@@ -936,12 +979,46 @@ impl partition::Progress for Bar {
             b.set_message(name.to_string());
             b.set_length(total as u64);
             b.set_position(0);
+            b.reset_eta();
+        }
+        if let Some(cell) = self.lines_cell.get() {
+            let mut l = cell.borrow_mut();
+            *l = (name.to_string(), Instant::now(), None);
         }
     }
 
     fn step(&self, done: usize) {
         if let Some(b) = &*self.bar.borrow() {
             b.set_position(done as u64);
+        }
+    }
+
+    fn steps(&self, done: usize, total: usize) {
+        if let Some(b) = &*self.bar.borrow() {
+            if b.length() != Some(total as u64) {
+                b.set_length(total as u64);
+                b.reset_eta();
+            }
+            b.set_position(done as u64);
+        }
+        if let Some(cell) = self.lines_cell.get() {
+            let mut l = cell.borrow_mut();
+            let now = Instant::now();
+            let due =
+                l.2.is_none_or(|t| now.duration_since(t).as_secs_f64() >= 5.0);
+            if total > 0 && (due || done == total) {
+                let spent = now.duration_since(l.1).as_secs_f64();
+                let eta = if done > 0 && done < total {
+                    format!(
+                        ", about {:.0} s left",
+                        spent / done as f64 * (total - done) as f64
+                    )
+                } else {
+                    String::new()
+                };
+                eprintln!("progress: {} {done}/{total} after {spent:.0} s{eta}", l.0);
+                l.2 = Some(now);
+            }
         }
     }
 }

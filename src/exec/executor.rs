@@ -326,6 +326,12 @@ impl Executable {
         Ok(())
     }
 
+    /// Runs `f` on the executable's worker pool: runs made inside it start no job of their
+    /// own on the pool, so a timing loop measures the program and not the hand-over to the pool.
+    pub fn in_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
     /// Runs `@main` on one tensor per parameter (in order).
     pub fn run(&self, inputs: &[Arc<Tensor>]) -> Result<RunOutput, Diagnostic> {
         if inputs.len() != self.inputs.len() {

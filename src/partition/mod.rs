@@ -75,6 +75,8 @@ pub struct Baseline {
     pub name: String,
     /// Its cost.
     pub cost: Option<f64>,
+    /// The candidates it is made of (`None` when it cannot cover the function).
+    pub chosen: Option<Vec<usize>>,
 }
 
 /// Counters for the report.
@@ -177,6 +179,10 @@ pub trait Progress {
     fn phase(&self, name: &str, total: usize);
     /// Steps done in the current phase.
     fn step(&self, done: usize);
+    /// Steps done in the current phase, out of a total that may have changed.
+    fn steps(&self, done: usize, _total: usize) {
+        self.step(done);
+    }
 }
 
 /// A progress display that shows nothing.
@@ -279,7 +285,9 @@ pub fn partition_on_devices(
         greedy_regions.push((t, mine));
     }
     progress.phase("estimating costs", candidates.len());
-    let est = cache::estimate_all(g, program, &candidates, estimator, &|d, _| progress.step(d));
+    let est = cache::estimate_all(g, program, &candidates, estimator, &|d, t| {
+        progress.steps(d, t)
+    });
     let crossings = Crossings::new(g, program, &candidates, devices);
     let penalties: Vec<f64> = candidates
         .iter()
@@ -800,9 +808,28 @@ fn restricted(
     acyclic: &Acyclic<'_, '_>,
     opts: &Options,
 ) -> Option<f64> {
-    search::search_among(n, items, keep, acyclic, opts.search)
-        .ok()
-        .map(|s| s.total)
+    restricted_solution(n, items, keep, acyclic, opts).map(|s| s.total)
+}
+
+/// The cheapest cover by the candidates `keep` accepts.
+fn restricted_solution(
+    n: usize,
+    items: &[Item],
+    keep: &dyn Fn(usize) -> bool,
+    acyclic: &Acyclic<'_, '_>,
+    opts: &Options,
+) -> Option<search::Solution> {
+    search::search_among(n, items, keep, acyclic, opts.search).ok()
+}
+
+impl Baseline {
+    fn of(name: String, sol: Option<search::Solution>) -> Baseline {
+        Baseline {
+            name,
+            cost: sol.as_ref().map(|s| s.total),
+            chosen: sol.map(|s| s.chosen),
+        }
+    }
 }
 
 /// The cheapest cover made of the given greedy regions and native and host candidates disjoint
@@ -846,23 +873,23 @@ fn compute_baselines(
     opts: &Options,
 ) -> Vec<Baseline> {
     let (n, candidates) = (acyclic.g.len(), acyclic.candidates);
-    let mut out = vec![Baseline {
-        name: "tvm".into(),
-        cost: restricted(
+    let mut out = vec![Baseline::of(
+        "tvm".into(),
+        restricted_solution(
             n,
             items,
             &|k| k < enumerated && is_base(program, candidates[k].target),
             acyclic,
             opts,
         ),
-    }];
+    )];
     for (ti, t) in program.targets.iter().enumerate() {
         if t.compiler.is_none() {
             continue;
         }
-        out.push(Baseline {
-            name: t.name.clone(),
-            cost: restricted(
+        out.push(Baseline::of(
+            t.name.clone(),
+            restricted_solution(
                 n,
                 items,
                 &|k| {
@@ -872,15 +899,12 @@ fn compute_baselines(
                 acyclic,
                 opts,
             ),
-        });
+        ));
         let greedy = greedy_placements
             .iter()
             .find(|(t, _)| *t == ti)
-            .and_then(|(_, p)| p.as_ref().map(|p| p.total));
-        out.push(Baseline {
-            name: format!("greedy:{}", t.name),
-            cost: greedy,
-        });
+            .and_then(|(_, p)| p.clone());
+        out.push(Baseline::of(format!("greedy:{}", t.name), greedy));
     }
     out
 }

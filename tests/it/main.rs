@@ -15,6 +15,7 @@ mod extract;
 mod fuse;
 mod generate;
 mod hardening;
+mod measure;
 mod models;
 mod mutate;
 mod output;

@@ -1,0 +1,992 @@
+//! `collage bench`: partitions a model with measured costs, then runs the Collage plan and every
+//! baseline placement end to end on this machine, on the same weights and inputs, checks their
+//! outputs against the reference interpreter, and reports their latencies side by side (table,
+//! JSON, an SVG chart).
+//!
+//! Placements: the Collage plan; the native targets alone (`tvm`); each library target with the
+//! native targets (the exact search restricted to them, `<target>`); each library's greedy
+//! placement (`greedy:<target>`, TVM's `partition_for_X`). Each runs as the executor runs a
+//! partitioned model: every partition is a function (native partitions `Primitive=1`, library
+//! partitions with their `Compiler`), compiled by its backend and called from `@main`. A
+//! placement whose partitions include a target with no backend here, or that has no cover, is
+//! skipped with the reason; one identical to a placement already run is not run twice.
+
+use super::measuring::{self, MeasureArgs};
+use super::partition::{Bar, Format};
+use super::Outcome;
+use crate::cost;
+use crate::diag;
+use crate::enumerate::{extract, DataflowGraph, Limits};
+use crate::exec::compare;
+use crate::exec::data::Weights;
+use crate::exec::executor::{self, Executable, Options};
+use crate::exec::tensor::Tensor;
+use crate::ir::Module;
+use crate::measure::protocol::{self, Settings, Timing};
+use crate::measure::setup::Setup;
+use crate::partition::Partition;
+use crate::partition::{self, Plan, Progress as _};
+use crate::ruletree::Program;
+use crate::source::SourceMap;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Everything `collage bench` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model.
+    pub model: PathBuf,
+    /// Rules files or directories (empty: the shipped library).
+    pub rules: Vec<PathBuf>,
+    /// Only these targets (empty: the targets that can run here; the host is always kept).
+    pub targets: Vec<String>,
+    /// The cost specification.
+    pub costs: String,
+    /// Time limit of one `cmd:` measurement.
+    pub cmd_timeout: std::time::Duration,
+    /// Depth limits.
+    pub limits: Limits,
+    /// Threads, cache and candidate budget.
+    pub measure: MeasureArgs,
+    /// The time budget of one placement's end-to-end measurement, in seconds.
+    pub run_budget: Option<f64>,
+    /// Report format.
+    pub format: Format,
+    /// Where to write the SVG chart.
+    pub plot: Option<PathBuf>,
+    /// Relative tolerance of the output check (default per dtype).
+    pub rtol: Option<f64>,
+    /// Absolute tolerance of the output check (default per dtype).
+    pub atol: Option<f64>,
+    /// Show progress on stderr even when it is not a terminal.
+    pub progress: bool,
+}
+
+/// Default tolerances of a whole model against the reference interpreter: `float32` 1e-3 (the
+/// backends reassociate sums and use vector math; errors grow with depth), `float16` and
+/// `bfloat16` 5e-2, exact for integers.
+pub fn default_tolerance(d: crate::ir::DType) -> (f64, f64) {
+    if d == crate::ir::DType::F32 || d == crate::ir::DType::F64 {
+        (1e-3, 1e-3)
+    } else if d.is_float() {
+        (5e-2, 5e-2)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// What happened to one placement.
+#[derive(Clone, Debug)]
+pub enum Status {
+    /// It ran.
+    Ran {
+        /// Its end-to-end timing.
+        timing: Timing,
+        /// Kernels by backend.
+        kernels: BTreeMap<String, usize>,
+        /// Units that fell back to another backend.
+        fallbacks: usize,
+        /// Per output: the difference from the reference interpreter, and the tolerances.
+        diffs: Vec<(compare::Diff, f64, f64)>,
+    },
+    /// The same partitions as an earlier placement (by name): its results stand.
+    Same(String),
+    /// It cannot run here.
+    Skipped(String),
+}
+
+/// One placement's row.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// `collage`, `tvm`, `<target>` or `greedy:<target>`.
+    pub name: String,
+    /// What it is, for people.
+    pub label: String,
+    /// The sum of its estimated costs (seconds), penalties included.
+    pub estimated: Option<f64>,
+    /// Partitions per target (host excluded).
+    pub partitions: BTreeMap<String, usize>,
+    /// The outcome.
+    pub status: Status,
+}
+
+impl Row {
+    fn timing<'a>(&'a self, rows: &'a [Row]) -> Option<&'a Timing> {
+        match &self.status {
+            Status::Ran { timing, .. } => Some(timing),
+            Status::Same(other) => rows.iter().find(|r| &r.name == other)?.timing(rows),
+            Status::Skipped(_) => None,
+        }
+    }
+
+    fn outputs_ok<'a>(&'a self, rows: &'a [Row]) -> Option<bool> {
+        match &self.status {
+            Status::Ran { diffs, .. } => Some(diffs.iter().all(|d| d.0.within())),
+            Status::Same(other) => rows.iter().find(|r| &r.name == other)?.outputs_ok(rows),
+            Status::Skipped(_) => None,
+        }
+    }
+}
+
+/// The speed-up of the Collage plan over the best of native alone and the greedy placements.
+#[derive(Clone, Debug)]
+pub struct Speedup {
+    /// The baseline placement.
+    pub baseline: String,
+    /// Its median latency (seconds).
+    pub baseline_seconds: f64,
+    /// The Collage plan's median latency (seconds).
+    pub collage_seconds: f64,
+}
+
+fn label_of(name: &str, native: &str) -> String {
+    match name.split_once(':') {
+        _ if name == "collage" => "Collage plan".to_string(),
+        _ if name == "tvm" => format!("{native} alone"),
+        Some(("greedy", t)) => format!("greedy {t} (partition_for_{t})"),
+        _ => format!("{name} with {native}"),
+    }
+}
+
+/// Runs `collage bench`.
+pub fn bench_command(req: &Request) -> Outcome {
+    match bench_inner(req) {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+fn usage(msg: String) -> Outcome {
+    eprintln!("error: {msg}");
+    Outcome::Usage
+}
+
+/// The default targets: the host and every target that can run on this machine.
+fn runnable_targets(program: &Program, setup: &Setup) -> Vec<String> {
+    program
+        .targets
+        .iter()
+        .filter(|t| !t.is_host && setup.availability(t).is_ok())
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
+    let start = Instant::now();
+    req.measure.check()?;
+    if let Some(b) = req.run_budget {
+        if !(b.is_finite() && b > 0.0) {
+            return Err(usage(
+                "`--run-budget` must be a positive number of seconds".into(),
+            ));
+        }
+    }
+    for (flag, v) in [("--rtol", req.rtol), ("--atol", req.atol)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(usage(format!("`{flag}` must be a non-negative number")));
+            }
+        }
+    }
+    if let Some(plot) = &req.plot {
+        super::output::check_collisions(
+            &[("--plot", plot.as_path())],
+            &[("the model", req.model.as_path())],
+        )
+        .map_err(|msg| {
+            eprintln!("error[{}]: {msg}", diag::E0903.id);
+            Outcome::Usage
+        })?;
+    }
+    let threads = req.measure.thread_count();
+    let bar = Bar::new(false, req.progress);
+    let mut sources = SourceMap::new();
+    let (program, _) = super::candidates::load_rules_from(&mut sources, &req.rules)?;
+    // The targets: as asked, or those that can run here.
+    let names = if req.targets.is_empty() {
+        let probe = Setup::new(&program.targets, threads, req.measure.resolved_dir());
+        runnable_targets(&program, &probe)
+    } else {
+        req.targets.clone()
+    };
+    let program = super::partition::select_targets(program, &names)?;
+    if !program.targets.iter().any(|t| t.is_host) {
+        eprintln!(
+            "error[{}]: the rules declare no host target",
+            diag::E2106.id
+        );
+        return Err(Outcome::InputErrors);
+    }
+    let measurer = measuring::open(&req.measure, &req.costs, &program.targets)?;
+    let opts = cost::SpecOptions {
+        cmd_timeout: req.cmd_timeout,
+        measure: measurer.clone(),
+    };
+    let estimator = cost::from_spec(&req.costs, &opts).map_err(|e| {
+        eprintln!("error[{}]: invalid `--costs`: {e}", diag::E2104.id);
+        Outcome::Usage
+    })?;
+    super::partition::warn_unpriced(&program, &estimator, &sources);
+    let own_setup;
+    let setup: &Setup = match &measurer {
+        Some(m) => m.setup(),
+        None => {
+            own_setup = Setup::new(&program.targets, threads, req.measure.resolved_dir());
+            &own_setup
+        }
+    };
+    let (m, devices) = super::partition::load_planned(&mut sources, &req.model)?;
+    let main = m.main().ok_or(Outcome::Internal)?;
+    let g = DataflowGraph::new(&m, main);
+    let popts = partition::Options {
+        limits: req.limits,
+        ..partition::Options::default()
+    };
+    bar.show();
+    let partition_start = Instant::now();
+    let plan =
+        partition::partition_on_devices(&g, &program, &estimator, &popts, &bar, devices.as_deref());
+    if let Some(mm) = &measurer {
+        bar.hide_for(|| measuring::report_notes(mm));
+    }
+    let mut plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            bar.finish();
+            let d = super::partition::error_diagnostic(&m, &g, &program, &e);
+            diag::emit_stderr(&d.into(), &sources);
+            return Err(Outcome::InputErrors);
+        }
+    };
+    let partition_ms = partition_start.elapsed().as_secs_f64() * 1e3;
+
+    // The placements.
+    let native = program
+        .targets
+        .iter()
+        .find(|t| t.compiler.is_none() && !t.is_host && setup.availability(t).is_ok())
+        .map_or("native".to_string(), |t| t.name.clone());
+    let mut placements: Vec<(String, Option<f64>, Option<Vec<usize>>)> = vec![(
+        "collage".into(),
+        Some(plan.total),
+        Some(plan.chosen.clone()),
+    )];
+    for b in &plan.baselines {
+        placements.push((b.name.clone(), b.cost, b.chosen.clone()));
+    }
+
+    // The reference interpreter's outputs.
+    bar.phase("reference outputs", 0);
+    let weights = Weights::new(req.measure.seed);
+    let reference = executor::compile(
+        &m,
+        &weights.for_module(&m),
+        &Options {
+            threads,
+            ..Options::default()
+        },
+    )
+    .map_err(|d| {
+        bar.hide();
+        super::report(&d, &sources);
+        Outcome::InputErrors
+    })?;
+    let mw = weights.for_module(&m);
+    let mut inputs = Vec::with_capacity(reference.inputs.len());
+    for p in &reference.inputs {
+        let t = mw.random_input(&p.name, &p.shape).map_err(|e| {
+            bar.hide();
+            eprintln!("error[{}]: {e}", diag::E2304.id);
+            Outcome::InputErrors
+        })?;
+        inputs.push(Arc::new(t));
+    }
+    let reference_start = Instant::now();
+    let expected: Vec<Arc<Tensor>> = match reference.run(&inputs) {
+        Ok(o) => o.value.flatten().into_iter().cloned().collect(),
+        Err(d) => {
+            bar.hide();
+            let mut ds = diag::Diagnostics::new();
+            ds.push(d);
+            super::report(&ds, &sources);
+            return Err(Outcome::InputErrors);
+        }
+    };
+    let reference_ms = reference_start.elapsed().as_secs_f64() * 1e3;
+    drop(reference);
+
+    // Run each placement.
+    let mut settings = Settings::models();
+    if let Some(b) = req.run_budget {
+        settings.budget = std::time::Duration::from_secs_f64(b.min(1e6));
+    }
+    let lock_path = measurer.as_ref().map(|mm| mm.database().to_path_buf());
+    let mut rows: Vec<Row> = Vec::new();
+    let mut seen: Vec<(Vec<usize>, String)> = Vec::new();
+    bar.phase("running placements", placements.len());
+    for (k, (name, estimated, chosen)) in placements.iter().enumerate() {
+        bar.steps(k, placements.len());
+        let label = label_of(name, &native);
+        let mut row = Row {
+            name: name.clone(),
+            label,
+            estimated: *estimated,
+            partitions: BTreeMap::new(),
+            status: Status::Skipped(String::new()),
+        };
+        let Some(chosen) = chosen else {
+            row.status = Status::Skipped("no cover by candidates with usable costs".into());
+            rows.push(row);
+            continue;
+        };
+        let mut sorted = chosen.clone();
+        sorted.sort_unstable();
+        let saved = std::mem::replace(&mut plan.chosen, chosen.clone());
+        let parts = partition::finalize::coalesce(&g, &program, &plan);
+        plan.chosen = saved;
+        for p in &parts {
+            let t = &program.targets[p.target];
+            if !t.is_host {
+                *row.partitions.entry(t.name.clone()).or_default() += 1;
+            }
+        }
+        let cannot = parts.iter().find_map(|p| {
+            let t = &program.targets[p.target];
+            (!t.is_host).then(|| setup.availability(t).err()).flatten()
+        });
+        if let Some(why) = cannot {
+            row.status = Status::Skipped(why);
+            rows.push(row);
+            continue;
+        }
+        if let Some((_, first)) = seen.iter().find(|(c, _)| *c == sorted) {
+            row.status = Status::Same(first.clone());
+            rows.push(row);
+            continue;
+        }
+        seen.push((sorted, name.clone()));
+        row.status = match run_placement(
+            &g,
+            &program,
+            &parts,
+            setup,
+            &weights,
+            &inputs,
+            &expected,
+            &settings,
+            lock_path.as_deref(),
+            (req.rtol, req.atol),
+        ) {
+            Ok(s) => s,
+            Err(why) => Status::Skipped(why),
+        };
+        rows.push(row);
+    }
+    bar.steps(placements.len(), placements.len());
+    bar.finish();
+
+    let speedup = speedup_of(&rows);
+    let rep = Report {
+        req,
+        program: &program,
+        threads,
+        rows: &rows,
+        speedup: speedup.as_ref(),
+        plan: &plan,
+        partition_ms,
+        reference_ms,
+        measurer: measurer.as_deref(),
+        elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+    };
+    if let Some(path) = &req.plot {
+        super::write_output(path, &plot_svg(&rep))?;
+    }
+    let text = match req.format {
+        Format::Table => rep.table(),
+        Format::Json => rep.json(),
+    };
+    super::out(&text)?;
+    let differ: Vec<&Row> = rows
+        .iter()
+        .filter(|r| matches!(r.status, Status::Ran { .. }) && r.outputs_ok(&rows) == Some(false))
+        .collect();
+    if differ.is_empty() {
+        return Ok(Outcome::Ok);
+    }
+    for r in differ {
+        if let Status::Ran { diffs, .. } = &r.status {
+            for (i, (d, rtol, atol)) in diffs.iter().enumerate().filter(|(_, d)| !d.0.within()) {
+                eprintln!(
+                    "error[{}]: output{i} of the {} placement differs from the reference interpreter's: {} element(s) beyond rtol {rtol} and atol {atol} (largest absolute difference {:.3e})",
+                    diag::E2404.id,
+                    r.name,
+                    d.mismatched,
+                    d.max_abs
+                );
+            }
+        }
+    }
+    Ok(Outcome::InputErrors)
+}
+
+/// The module a placement runs: every partition a function called from `@main` (native ones
+/// `Primitive=1`, library ones with their `Compiler` and composites), type-checked.
+pub fn execution_module(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    parts: &[Partition],
+) -> Result<Module, String> {
+    let mut groups = Vec::new();
+    for p in parts {
+        let t = &program.targets[p.target];
+        if t.is_host {
+            continue;
+        }
+        if t.compiler.is_some() {
+            groups.extend(p.sub_graph.nested.iter().cloned());
+        } else {
+            groups.push((
+                p.sub_graph.clone(),
+                crate::measure::candidate::native_attrs(),
+            ));
+        }
+    }
+    let mut m = extract::rewrite_nested(g, &groups).map_err(|e| e.to_string())?;
+    crate::typeck::check(&mut m).map_err(|d| {
+        d.iter()
+            .next()
+            .map_or_else(String::new, |x| x.message.clone())
+    })?;
+    Ok(m)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_placement(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    parts: &[Partition],
+    setup: &Setup,
+    weights: &Weights,
+    inputs: &[Arc<Tensor>],
+    expected: &[Arc<Tensor>],
+    settings: &Settings,
+    lock: Option<&std::path::Path>,
+    (rtol, atol): (Option<f64>, Option<f64>),
+) -> Result<Status, String> {
+    let m = execution_module(g, program, parts)
+        .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
+    let x: Executable =
+        executor::compile(&m, &weights.for_module(&m), &setup.options()).map_err(|d| {
+            d.iter()
+                .next()
+                .map_or_else(|| "it cannot be compiled".into(), |d| d.message.clone())
+        })?;
+    let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
+    for k in x.kernels() {
+        *kernels.entry(k.backend.clone()).or_default() += 1;
+    }
+    let fallbacks = x.warnings.len();
+    // The outputs of the first run are checked; then the timing.
+    let got: Vec<Arc<Tensor>> = x
+        .run(inputs)
+        .map_err(|d| format!("it failed: {}", d.message))?
+        .value
+        .flatten()
+        .into_iter()
+        .cloned()
+        .collect();
+    if got.len() != expected.len() {
+        return Err(format!(
+            "internal error: {} outputs instead of {}",
+            got.len(),
+            expected.len()
+        ));
+    }
+    let mut diffs = Vec::new();
+    for (a, b) in got.iter().zip(expected) {
+        let (dr, da) = default_tolerance(b.dtype());
+        let (rt, at) = (rtol.unwrap_or(dr), atol.unwrap_or(da));
+        let d = compare::compare(a, b, rt, at).map_err(|e| format!("internal error: {e}"))?;
+        diffs.push((d, rt, at));
+    }
+    drop(got);
+    let _guard = lock.and_then(|p| crate::measure::db::lock(p).ok());
+    let timing = x
+        .in_pool(|| {
+            let clock = protocol::Monotonic::new();
+            protocol::measure(&clock, settings, &mut || {
+                x.run(inputs).map(|_| ()).map_err(|d| d.message)
+            })
+        })
+        .map_err(|e| format!("it failed: {e}"))?;
+    Ok(Status::Ran {
+        timing,
+        kernels,
+        fallbacks,
+        diffs,
+    })
+}
+
+/// The Collage plan against the fastest of native alone and the greedy placements that ran.
+fn speedup_of(rows: &[Row]) -> Option<Speedup> {
+    let collage = rows.iter().find(|r| r.name == "collage")?.timing(rows)?;
+    let best = rows
+        .iter()
+        .filter(|r| r.name == "tvm" || r.name.starts_with("greedy:"))
+        .filter_map(|r| r.timing(rows).map(|t| (r, t)))
+        .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds))?;
+    Some(Speedup {
+        baseline: best.0.name.clone(),
+        baseline_seconds: best.1.seconds,
+        collage_seconds: collage.seconds,
+    })
+}
+
+/// Everything the reports show.
+pub struct Report<'a> {
+    req: &'a Request,
+    program: &'a Program,
+    threads: usize,
+    rows: &'a [Row],
+    speedup: Option<&'a Speedup>,
+    plan: &'a Plan,
+    partition_ms: f64,
+    reference_ms: f64,
+    measurer: Option<&'a crate::measure::Measure>,
+    elapsed_ms: f64,
+}
+
+fn ms(s: f64) -> String {
+    let v = s * 1e3;
+    if v >= 100.0 {
+        format!("{v:.1} ms")
+    } else if v >= 1.0 {
+        format!("{v:.2} ms")
+    } else {
+        format!("{v:.4} ms")
+    }
+}
+
+impl Report<'_> {
+    fn targets(&self) -> Vec<String> {
+        self.program
+            .targets
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "model      {} (seed {}, {} thread(s))",
+            self.req.model.display(),
+            self.req.measure.seed,
+            self.threads
+        );
+        let _ = writeln!(
+            s,
+            "targets    {}; costs {}",
+            self.targets().join(", "),
+            self.req.costs
+        );
+        let _ = writeln!(
+            s,
+            "partition  {:.1} s: {} candidates, {} distinct estimates",
+            self.partition_ms / 1e3,
+            self.plan.stats.candidates,
+            self.plan.stats.estimates
+        );
+        if let Some(m) = self.measurer {
+            let _ = writeln!(s, "           {}", measuring::summary_line(m));
+        }
+        let _ = writeln!(
+            s,
+            "reference  {} (reference interpreter, one run; every placement's outputs are checked against it)",
+            ms(self.reference_ms / 1e3)
+        );
+        let head = [
+            "placement",
+            "partitions",
+            "estimated",
+            "latency",
+            "spread",
+            "est/meas",
+            "speed-up",
+            "outputs",
+        ];
+        let collage = self
+            .rows
+            .iter()
+            .find(|r| r.name == "collage")
+            .and_then(|r| r.timing(self.rows));
+        let mut cells: Vec<[String; 8]> = Vec::new();
+        for r in self.rows {
+            let parts: Vec<String> = r
+                .partitions
+                .iter()
+                .map(|(t, n)| format!("{t} {n}"))
+                .collect();
+            let est = r.estimated.map_or("-".into(), ms);
+            let (lat, spread, ratio, speed, outputs) = match (&r.status, r.timing(self.rows)) {
+                (Status::Skipped(why), _) => (
+                    "skipped".to_string(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    why.clone(),
+                ),
+                (st, Some(t)) => {
+                    let ratio = r
+                        .estimated
+                        .map_or("-".into(), |e| format!("{:.2}", e / t.seconds));
+                    let speed = match collage {
+                        Some(c) if r.name != "collage" => format!("x{:.2}", t.seconds / c.seconds),
+                        _ => String::new(),
+                    };
+                    let outputs = match st {
+                        Status::Same(o) => format!("same plan as {o}"),
+                        Status::Ran {
+                            diffs, fallbacks, ..
+                        } => {
+                            let worst = diffs.iter().map(|d| d.0.max_abs).fold(0.0, f64::max);
+                            let ok = diffs.iter().all(|d| d.0.within());
+                            let fb = if *fallbacks > 0 {
+                                format!("; {fallbacks} unit(s) fell back")
+                            } else {
+                                String::new()
+                            };
+                            format!(
+                                "{} (max abs diff {worst:.1e}){fb}",
+                                if ok { "ok" } else { "DIFFER" }
+                            )
+                        }
+                        Status::Skipped(_) => String::new(),
+                    };
+                    (
+                        ms(t.seconds),
+                        format!("±{:.1}%", t.spread * 100.0),
+                        ratio,
+                        speed,
+                        outputs,
+                    )
+                }
+                (_, None) => Default::default(),
+            };
+            cells.push([
+                r.label.clone(),
+                if parts.is_empty() {
+                    "-".into()
+                } else {
+                    parts.join(", ")
+                },
+                est,
+                lat,
+                spread,
+                ratio,
+                speed,
+                outputs,
+            ]);
+        }
+        let mut width = head.map(str::len);
+        for r in &cells {
+            for (w, c) in width.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let right = [false, false, true, true, true, true, true, false];
+        let line = |row: &[String]| {
+            let mut l = String::new();
+            for (i, c) in row.iter().enumerate() {
+                if i > 0 {
+                    l.push_str("  ");
+                }
+                let w = width[i];
+                if right[i] {
+                    let _ = write!(l, "{c:>w$}");
+                } else {
+                    let _ = write!(l, "{c:<w$}");
+                }
+            }
+            l.trim_end().to_string()
+        };
+        let _ = writeln!(s);
+        let _ = writeln!(s, "{}", line(&head.map(str::to_string)));
+        for r in &cells {
+            let _ = writeln!(s, "{}", line(r));
+        }
+        let _ = writeln!(s);
+        match self.speedup {
+            Some(sp) => {
+                let _ = writeln!(
+                    s,
+                    "speed-up  x{:.2}: the Collage plan ({}) over the best of native alone and the greedy placements ({}, {})",
+                    sp.baseline_seconds / sp.collage_seconds,
+                    ms(sp.collage_seconds),
+                    label_of(&sp.baseline, &self.native()),
+                    ms(sp.baseline_seconds)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "speed-up  - (the Collage plan or every baseline could not run)"
+                );
+            }
+        }
+        let _ = writeln!(s, "elapsed    {:.1} s", self.elapsed_ms / 1e3);
+        s
+    }
+
+    fn native(&self) -> String {
+        self.program
+            .targets
+            .iter()
+            .find(|t| t.compiler.is_none() && !t.is_host && crate::measure::setup::on_cpu(t))
+            .map_or("native".to_string(), |t| t.name.clone())
+    }
+
+    fn json(&self) -> String {
+        use serde_json::json;
+        let rows: Vec<serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let timing = r.timing(self.rows);
+                let (status, reason, same_as) = match &r.status {
+                    Status::Ran { .. } => ("ran", None, None),
+                    Status::Same(o) => ("same", None, Some(o.clone())),
+                    Status::Skipped(w) => ("skipped", Some(w.clone()), None),
+                };
+                let mut v = json!({
+                    "name": r.name,
+                    "label": r.label,
+                    "status": status,
+                    "reason": reason,
+                    "same_as": same_as,
+                    "estimated_ms": r.estimated.map(|e| e * 1e3),
+                    "partitions": r.partitions,
+                    "latency_ms": timing.map(|t| json!({
+                        "median": t.seconds * 1e3,
+                        "spread": t.spread,
+                        "min": t.repeats.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
+                        "max": t.repeats.iter().copied().fold(0.0, f64::max) * 1e3,
+                        "repeats": t.repeats.len(),
+                        "first_call": t.first_call * 1e3,
+                    })),
+                    "estimate_ratio": match (r.estimated, timing) {
+                        (Some(e), Some(t)) if t.seconds > 0.0 => Some(e / t.seconds),
+                        _ => None,
+                    },
+                    "outputs_within_tolerance": r.outputs_ok(self.rows),
+                });
+                if let Status::Ran {
+                    kernels,
+                    fallbacks,
+                    diffs,
+                    ..
+                } = &r.status
+                {
+                    v["kernels"] = json!(kernels);
+                    v["fallbacks"] = json!(fallbacks);
+                    v["outputs"] = json!(diffs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (d, rtol, atol))| json!({
+                            "name": format!("output{i}"),
+                            "within_tolerance": d.within(),
+                            "max_abs_diff": finite(d.max_abs),
+                            "max_rel_diff": finite(d.max_rel),
+                            "mismatched": d.mismatched,
+                            "rtol": rtol,
+                            "atol": atol,
+                        }))
+                        .collect::<Vec<_>>());
+                }
+                v
+            })
+            .collect();
+        let mut partition = json!({
+            "elapsed_ms": self.partition_ms,
+            "candidates": self.plan.stats.candidates,
+            "estimates": self.plan.stats.estimates,
+            "total_cost": self.plan.total,
+        });
+        if let Some(m) = self.measurer {
+            partition["measure"] = measuring::summary_json(m);
+        }
+        let v = json!({
+            "model": self.req.model.display().to_string(),
+            "seed": self.req.measure.seed,
+            "threads": self.threads,
+            "costs": self.req.costs,
+            "targets": self.targets(),
+            "partition": partition,
+            "reference_ms": self.reference_ms,
+            "placements": rows,
+            "speedup": self.speedup.map(|sp| json!({
+                "baseline": sp.baseline,
+                "baseline_ms": sp.baseline_seconds * 1e3,
+                "collage_ms": sp.collage_seconds * 1e3,
+                "value": sp.baseline_seconds / sp.collage_seconds,
+            })),
+            "elapsed_ms": self.elapsed_ms,
+        });
+        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    }
+}
+
+fn finite(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!(v)
+    } else {
+        serde_json::json!(v.to_string())
+    }
+}
+
+/// The comparison as an SVG bar chart: each placement's median latency with its spread, and its
+/// estimated cost as a marker.
+fn plot_svg(rep: &Report<'_>) -> String {
+    use plotters::prelude::*;
+    let bars: Vec<(String, f64, f64, Option<f64>, bool)> = rep
+        .rows
+        .iter()
+        .filter_map(|r| {
+            let t = r.timing(rep.rows)?;
+            Some((
+                r.label.clone(),
+                t.seconds * 1e3,
+                t.spread * t.seconds * 1e3,
+                r.estimated.map(|e| e * 1e3),
+                r.name == "collage",
+            ))
+        })
+        .collect();
+    let model = rep
+        .req
+        .model
+        .file_name()
+        .map_or_else(String::new, |f| f.to_string_lossy().to_string());
+    let title = match rep.speedup {
+        Some(sp) => format!(
+            "{model}, {} thread(s): Collage x{:.2} over the best baseline ({})",
+            rep.threads,
+            sp.baseline_seconds / sp.collage_seconds,
+            label_of(&sp.baseline, &rep.native())
+        ),
+        None => format!("{model}, {} thread(s): end-to-end latency", rep.threads),
+    };
+    let mut svg = String::new();
+    let top = bars
+        .iter()
+        .map(|b| (b.1 + b.2).max(b.3.unwrap_or(0.0)))
+        .fold(0.0, f64::max)
+        .max(1e-6)
+        * 1.4;
+    let n = bars.len().max(1);
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (160 * n as u32 + 200, 560)).into_drawing_area();
+        let draw = || -> Result<(), Box<dyn std::error::Error + '_>> {
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(&title, ("sans-serif", 20))
+                .margin(16)
+                .x_label_area_size(60)
+                .y_label_area_size(70)
+                .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..top)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .y_desc("end-to-end latency (ms), lower is better")
+                .x_labels(n)
+                .x_label_formatter(&|v| match v {
+                    SegmentValue::CenterOf(i) => {
+                        bars.get(*i).map_or(String::new(), |b| b.0.clone())
+                    }
+                    _ => String::new(),
+                })
+                .draw()?;
+            let collage = RGBColor(0x2a, 0x7a, 0xb9);
+            let other = RGBColor(0xa0, 0xa0, 0xa0);
+            chart
+                .draw_series(bars.iter().enumerate().map(|(i, b)| {
+                    let color = if b.4 { collage } else { other };
+                    let mut r = Rectangle::new(
+                        [
+                            (SegmentValue::Exact(i), 0.0),
+                            (SegmentValue::Exact(i + 1), b.1),
+                        ],
+                        color.filled(),
+                    );
+                    r.set_margin(0, 0, 20, 20);
+                    r
+                }))?
+                .label("measured latency (median)")
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], other.filled())
+                });
+            chart
+                .draw_series(bars.iter().enumerate().map(|(i, b)| {
+                    ErrorBar::new_vertical(
+                        SegmentValue::CenterOf(i),
+                        (b.1 - b.2).max(0.0),
+                        b.1,
+                        b.1 + b.2,
+                        BLACK.stroke_width(2),
+                        12,
+                    )
+                }))?
+                .label("spread (median absolute deviation)")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y - 6), (x, y + 6)], BLACK.stroke_width(2))
+                });
+            chart
+                .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                    b.3.map(|e| {
+                        TriangleMarker::new((SegmentValue::CenterOf(i), e), 8, RED.filled())
+                    })
+                }))?
+                .label("estimated (sum of measured candidate costs)")
+                .legend(|(x, y)| TriangleMarker::new((x + 7, y), 6, RED.filled()));
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()?;
+            root.present()?;
+            Ok(())
+        };
+        if let Err(e) = draw() {
+            drop(e);
+        }
+    }
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(label_of("collage", "tvm_cpu"), "Collage plan");
+        assert_eq!(label_of("tvm", "tvm_cpu"), "tvm_cpu alone");
+        assert_eq!(label_of("dnnl", "tvm_cpu"), "dnnl with tvm_cpu");
+        assert_eq!(
+            label_of("greedy:dnnl", "tvm_cpu"),
+            "greedy dnnl (partition_for_dnnl)"
+        );
+    }
+
+    #[test]
+    fn tolerances() {
+        assert_eq!(default_tolerance(crate::ir::DType::F32), (1e-3, 1e-3));
+        assert_eq!(default_tolerance(crate::ir::DType::F16), (5e-2, 5e-2));
+        assert_eq!(default_tolerance(crate::ir::DType::I64), (0.0, 0.0));
+    }
+}

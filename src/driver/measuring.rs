@@ -1,0 +1,144 @@
+//! The measuring options shared by `collage partition` and `collage bench` (`--threads`,
+//! `--cache-dir`, `--cache`, `--measure-budget`), opening the measuring estimator, and its
+//! lines in reports.
+
+use super::Outcome;
+use crate::diag;
+use crate::measure::{self, db::Opened, dir, Measure};
+use crate::ruletree::Target;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where and how `measure` measures.
+#[derive(Clone, Debug, Default)]
+pub struct MeasureArgs {
+    /// Threads the candidates run on (`None`: all cores).
+    pub threads: Option<usize>,
+    /// The cache directory (`None`: `$COLLAGE_CACHE_DIR` or the user's cache directory).
+    pub cache_dir: Option<PathBuf>,
+    /// The measurement database alone.
+    pub cache: Option<PathBuf>,
+    /// The time budget of one candidate's measurement, in seconds (`None`: the default).
+    pub budget: Option<f64>,
+    /// The seed of random inputs and weights.
+    pub seed: u64,
+}
+
+impl MeasureArgs {
+    /// The thread count (checked by [`MeasureArgs::check`]).
+    pub fn thread_count(&self) -> usize {
+        self.threads
+            .unwrap_or_else(crate::exec::executor::default_threads)
+            .max(1)
+    }
+
+    /// Refuses nonsensical values (a usage error).
+    pub fn check(&self) -> Result<(), Outcome> {
+        if self.threads == Some(0) {
+            eprintln!("error: `--threads` must be at least 1");
+            return Err(Outcome::Usage);
+        }
+        if let Some(b) = self.budget {
+            if !(b.is_finite() && b > 0.0) {
+                eprintln!("error: `--measure-budget` must be a positive number of seconds");
+                return Err(Outcome::Usage);
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache directory in use (given or from the environment).
+    pub fn resolved_dir(&self) -> Option<PathBuf> {
+        dir::resolve(self.cache_dir.as_deref())
+    }
+}
+
+/// Opens the measuring estimator for `targets` when `spec` uses it: E2401 (exit 2) when the
+/// measurement cache cannot be opened, W2402 when a damaged one was rebuilt.
+pub fn open(
+    args: &MeasureArgs,
+    spec: &str,
+    targets: &[Target],
+) -> Result<Option<Arc<Measure>>, Outcome> {
+    if !crate::cost::spec_uses_measure(spec) {
+        return Ok(None);
+    }
+    args.check()?;
+    let cache_dir = args.resolved_dir();
+    let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
+        eprintln!("error[{}]: {e}", diag::E2401.id);
+        Outcome::Usage
+    })?;
+    let mut settings = measure::protocol::Settings::candidates();
+    if let Some(b) = args.budget {
+        settings.budget = std::time::Duration::from_secs_f64(b.min(1e6));
+    }
+    let cfg = measure::Config {
+        threads: args.thread_count(),
+        cache_dir,
+        database: database.clone(),
+        settings,
+        seed: args.seed,
+    };
+    let m = Measure::open(cfg, targets).map_err(|e| {
+        eprintln!(
+            "error[{}]: cannot use the measurement cache: {e}",
+            diag::E2401.id
+        );
+        eprintln!(
+            "  = note: give another place with `--cache-dir DIR` or `--cache FILE`, or remove it with `collage cache clear`"
+        );
+        Outcome::Usage
+    })?;
+    if let Opened::Rebuilt { moved_to, why } = m.opened() {
+        let kept = match moved_to {
+            Some(p) => format!("the old file is kept as `{}`", p.display()),
+            None => "the old file could not be kept".to_string(),
+        };
+        eprintln!(
+            "warning[{}]: the measurement cache `{}` was damaged ({why}) and has been rebuilt empty; {kept}",
+            diag::W2402.id,
+            database.display()
+        );
+    }
+    Ok(Some(Arc::new(m)))
+}
+
+/// Prints the problems met while measuring (W2403).
+pub fn report_notes(m: &Measure) {
+    for n in m.take_notes() {
+        eprintln!("warning[{}]: {n}", diag::W2403.id);
+    }
+}
+
+/// One line for table reports.
+pub fn summary_line(m: &Measure) -> String {
+    let c = m.counters();
+    format!(
+        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s); cache `{}`",
+        c.measured,
+        c.invalid,
+        c.cached,
+        c.unknown,
+        c.compile_seconds,
+        c.measure_seconds,
+        m.config().threads,
+        m.database().display()
+    )
+}
+
+/// The `measure` object of JSON reports.
+pub fn summary_json(m: &Measure) -> serde_json::Value {
+    let c = m.counters();
+    serde_json::json!({
+        "measured": c.measured,
+        "invalid": c.invalid,
+        "cached": c.cached,
+        "unknown": c.unknown,
+        "compile_seconds": c.compile_seconds,
+        "measure_seconds": c.measure_seconds,
+        "threads": m.config().threads,
+        "database": m.database().display().to_string(),
+        "backends": m.setup().names(),
+    })
+}

@@ -1,0 +1,358 @@
+//! The timing protocol: how one compiled kernel (or one whole model) is timed.
+//!
+//! It follows TVM's `estimate_seconds` (cpu-backends reference §2) with a budget, because here
+//! thousands of candidates are timed on a shared machine:
+//!
+//! 1. **First call**, untimed: lazy initialisation (JIT, first-time reorders, page faults of
+//!    fresh buffers) is never part of a cost. Compilation happened before and is not timed
+//!    either.
+//! 2. **Warm-up**: calls until [`Settings::warmup`] has passed (at least one call). Their mean
+//!    time sets the calls per repeat (`number`): enough for one repeat to last at least
+//!    [`Settings::min_repeat`] (TVM's `min_repeat_ms`).
+//! 3. **Repeats** of `number` calls each, recording each repeat's mean time per call, until
+//!    the spread of the repeats is at most [`Settings::max_spread`] (after at least
+//!    [`Settings::min_repeats`]), or [`Settings::max_repeats`] are done, or the next repeat
+//!    would overrun the time [`Settings::budget`] of this measurement. At least one repeat is
+//!    always made.
+//!
+//! The result is the **median of the repeats' means** (TVM's figure) and their **spread**: the
+//! median absolute deviation of the repeats' means divided by their median, a relative figure
+//! that one disturbed repeat does not move.
+//!
+//! The clock and the kernel are parameters, so the protocol is tested on a fake clock.
+
+use std::time::{Duration, Instant};
+
+/// The protocol's knobs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// Warm-up time after the first call (at least one warm-up call is made).
+    pub warmup: Duration,
+    /// The shortest repeat: `number` calls last at least this long.
+    pub min_repeat: Duration,
+    /// Repeats made before the spread may stop the measurement.
+    pub min_repeats: usize,
+    /// Repeats at most.
+    pub max_repeats: usize,
+    /// The spread (relative median absolute deviation) at which repeating stops.
+    pub max_spread: f64,
+    /// Time for the whole measurement, first call included; no repeat starts that would
+    /// overrun it, but one repeat is always made.
+    pub budget: Duration,
+}
+
+impl Settings {
+    /// For candidates: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10 repeats, stop at
+    /// 2 % spread, 1 s per candidate.
+    pub fn candidates() -> Settings {
+        Settings {
+            warmup: Duration::from_millis(20),
+            min_repeat: Duration::from_millis(10),
+            min_repeats: 3,
+            max_repeats: 10,
+            max_spread: 0.02,
+            budget: Duration::from_secs(1),
+        }
+    }
+
+    /// For whole models (`collage bench`): one warm-up call, one call per repeat, 5 to 15
+    /// repeats, stop at 2 % spread, 20 s per model.
+    pub fn models() -> Settings {
+        Settings {
+            warmup: Duration::ZERO,
+            min_repeat: Duration::ZERO,
+            min_repeats: 5,
+            max_repeats: 15,
+            max_spread: 0.02,
+            budget: Duration::from_secs(20),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings::candidates()
+    }
+}
+
+/// A measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// The median of the repeats' mean times per call, in seconds.
+    pub seconds: f64,
+    /// The median absolute deviation of the repeats' means, relative to their median.
+    pub spread: f64,
+    /// The repeats' mean times per call, in seconds, in the order they were made.
+    pub repeats: Vec<f64>,
+    /// Calls per repeat.
+    pub number: u64,
+    /// The first call's time, in seconds (never part of the result).
+    pub first_call: f64,
+    /// Calls made in all (first call and warm-up included).
+    pub calls: u64,
+    /// Wall time of the whole measurement, in seconds.
+    pub elapsed: f64,
+}
+
+/// A source of time.
+pub trait Clock {
+    /// Time since some fixed point.
+    fn now(&self) -> Duration;
+}
+
+/// The real monotonic clock.
+pub struct Monotonic(Instant);
+
+impl Monotonic {
+    /// A clock starting now.
+    pub fn new() -> Monotonic {
+        Monotonic(Instant::now())
+    }
+}
+
+impl Default for Monotonic {
+    fn default() -> Monotonic {
+        Monotonic::new()
+    }
+}
+
+impl Clock for Monotonic {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// The median of a non-empty list (the mean of the middle two for an even length).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// The median absolute deviation from the median, relative to the median (0 for fewer than two
+/// values or a zero median).
+pub fn spread(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = median(v);
+    if m.is_nan() || m <= 0.0 {
+        return 0.0;
+    }
+    let dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    median(&dev) / m
+}
+
+/// Calls per repeat for a call time of `per_call`: enough to last `min_repeat`, at least one,
+/// at most a million.
+fn calls_per_repeat(per_call: Duration, min_repeat: Duration) -> u64 {
+    if min_repeat.is_zero() {
+        return 1;
+    }
+    let per = per_call.as_secs_f64();
+    if per <= 0.0 {
+        return 1_000_000;
+    }
+    (min_repeat.as_secs_f64() / per).ceil().clamp(1.0, 1e6) as u64
+}
+
+/// Times `call` by the protocol. An error of any call ends the measurement with that error.
+pub fn measure<E>(
+    clock: &dyn Clock,
+    settings: &Settings,
+    call: &mut dyn FnMut() -> Result<(), E>,
+) -> Result<Timing, E> {
+    let start = clock.now();
+    call()?;
+    let first_end = clock.now();
+    let first_call = (first_end - start).as_secs_f64();
+    let mut calls = 1u64;
+    // Warm-up.
+    let mut warm = 0u64;
+    loop {
+        call()?;
+        calls += 1;
+        warm += 1;
+        let now = clock.now();
+        if now - first_end >= settings.warmup || now - start >= settings.budget {
+            break;
+        }
+    }
+    let warm_time = clock.now() - first_end;
+    let per_call = warm_time / (warm.min(u32::MAX as u64) as u32);
+    let number = calls_per_repeat(per_call, settings.min_repeat);
+    // Repeats.
+    let mut repeats: Vec<f64> = Vec::new();
+    loop {
+        let s = clock.now();
+        for _ in 0..number {
+            call()?;
+        }
+        let e = clock.now();
+        calls += number;
+        repeats.push((e - s).as_secs_f64() / number as f64);
+        let n = repeats.len();
+        if n >= settings.max_repeats.max(1) {
+            break;
+        }
+        if n >= settings.min_repeats && spread(&repeats) <= settings.max_spread {
+            break;
+        }
+        // Would the next repeat (as long as this one) overrun the budget?
+        if (e - start) + (e - s) > settings.budget {
+            break;
+        }
+    }
+    Ok(Timing {
+        seconds: median(&repeats),
+        spread: spread(&repeats),
+        number,
+        first_call,
+        calls,
+        elapsed: (clock.now() - start).as_secs_f64(),
+        repeats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A clock that only moves when the fake kernel says so.
+    struct Fake(Cell<Duration>);
+
+    impl Clock for Fake {
+        fn now(&self) -> Duration {
+            self.0.get()
+        }
+    }
+
+    fn ms(x: f64) -> Duration {
+        Duration::from_secs_f64(x / 1e3)
+    }
+
+    /// Runs the protocol on a kernel whose k-th call (from 0) takes `times(k)` milliseconds.
+    fn run(settings: &Settings, times: impl Fn(u64) -> f64) -> Timing {
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let mut k = 0u64;
+        let mut call = || -> Result<(), ()> {
+            clock.0.set(clock.0.get() + ms(times(k)));
+            k += 1;
+            Ok(())
+        };
+        let t = measure(&clock, settings, &mut call).unwrap();
+        assert_eq!(t.calls, k, "every call is counted");
+        t
+    }
+
+    #[test]
+    fn the_first_call_and_the_warm_up_are_not_part_of_the_cost() {
+        // A first call of 500 ms (lazy JIT) and three slow warm-up calls, then 1 ms per call.
+        let t = run(&Settings::candidates(), |k| match k {
+            0 => 500.0,
+            1..=3 => 5.0,
+            _ => 1.0,
+        });
+        assert_eq!(t.first_call, 0.5);
+        assert!((t.seconds - 1e-3).abs() < 1e-9, "{t:?}");
+        assert_eq!(t.spread, 0.0);
+        // Steady repeats stop at the minimum number.
+        assert_eq!(t.repeats.len(), 3);
+    }
+
+    #[test]
+    fn calls_per_repeat_fill_the_minimum_repeat_time() {
+        // 0.1 ms per call: 10 ms repeats need 100 calls.
+        let t = run(&Settings::candidates(), |_| 0.1);
+        assert_eq!(t.number, 100);
+        assert!((t.seconds - 1e-4).abs() < 1e-12);
+        // A call longer than the minimum repeat: one call per repeat.
+        let t = run(&Settings::candidates(), |_| 40.0);
+        assert_eq!(t.number, 1);
+        assert_eq!(calls_per_repeat(Duration::ZERO, ms(10.0)), 1_000_000);
+        assert_eq!(calls_per_repeat(ms(3.0), Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn the_result_is_the_median_of_the_repeats_means() {
+        // Repeats of one call taking 1, 2, ..., 10 ms never converge, so all ten repeats are
+        // made: the median is 5.5 ms, the median absolute deviation 2.5 ms. (No warm-up time:
+        // one warm-up call.)
+        let s = Settings {
+            min_repeat: Duration::ZERO,
+            warmup: Duration::ZERO,
+            ..Settings::candidates()
+        };
+        let t = run(&s, |k| if k < 2 { 1.0 } else { (k - 1) as f64 });
+        assert_eq!(t.repeats.len(), 10);
+        assert!((t.seconds - 5.5e-3).abs() < 1e-9, "{t:?}");
+        assert!((t.spread - 2.5 / 5.5).abs() < 1e-9, "{}", t.spread);
+    }
+
+    #[test]
+    fn one_disturbed_repeat_does_not_move_the_result() {
+        let s = Settings {
+            min_repeat: Duration::ZERO,
+            ..Settings::candidates()
+        };
+        // The third repeat is preempted (10x slower).
+        let t = run(&s, |k| if k == 4 { 20.0 } else { 2.0 });
+        assert_eq!(t.repeats.len(), 3);
+        assert!((t.seconds - 2e-3).abs() < 1e-9);
+        assert_eq!(t.spread, 0.0);
+    }
+
+    #[test]
+    fn repeats_stop_when_the_budget_is_spent() {
+        // Calls slowing down from 100 ms by 10 ms each never converge; with a 1 s budget: the
+        // first call (100), one warm-up call (110), then repeats while the next one fits
+        // (120, 130, 140, 150, 160: 910 ms; a sixth would end at 1080).
+        let t = run(&Settings::candidates(), |k| 100.0 + 10.0 * k as f64);
+        assert_eq!(t.repeats.len(), 5, "{t:?}");
+        assert!(t.elapsed <= 1.0, "{t:?}");
+        assert!((t.seconds - 0.14).abs() < 1e-9);
+        // A single call longer than the budget still gives one repeat.
+        let t = run(&Settings::candidates(), |_| 3000.0);
+        assert_eq!(t.repeats.len(), 1);
+        assert_eq!(t.calls, 3);
+        assert!((t.seconds - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_failing_call_ends_the_measurement() {
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let mut k = 0;
+        let mut call = || {
+            clock.0.set(clock.0.get() + ms(1.0));
+            k += 1;
+            if k == 5 {
+                Err("division by zero")
+            } else {
+                Ok(())
+            }
+        };
+        assert_eq!(
+            measure(&clock, &Settings::candidates(), &mut call),
+            Err("division by zero")
+        );
+    }
+
+    #[test]
+    fn statistics() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(spread(&[5.0]), 0.0);
+        assert_eq!(spread(&[0.0, 0.0]), 0.0);
+        // Deviations from 2: 1, 0, 1 → 1, relative 0.5.
+        assert_eq!(spread(&[1.0, 2.0, 3.0]), 0.5);
+    }
+}

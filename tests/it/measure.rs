@@ -1,0 +1,451 @@
+//! Measured costs (`--costs measure`), the measurement cache (`collage cache`) and `collage
+//! bench`, on small models with small time budgets. Every test uses its own temporary cache.
+
+use crate::support::{collage, root};
+use collage::measure::db::Db;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn small() -> PathBuf {
+    root().join("tests/fixtures/measure/small.relay")
+}
+
+fn mnist() -> PathBuf {
+    root().join("tests/models/mnist.relay")
+}
+
+/// `collage partition MODEL --costs SPEC --format json` with a cache directory, small budgets.
+fn partition(model: &Path, cache_dir: &Path, extra: &[&str]) -> (Value, String, i32) {
+    let out = dir_args(model, cache_dir, extra);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let code = out.status.code().unwrap_or(-1);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (v, stderr, code)
+}
+
+fn dir_args(model: &Path, cache_dir: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args: Vec<String> = vec![
+        "partition".into(),
+        model.display().to_string(),
+        "--format".into(),
+        "json".into(),
+        "--measure-budget".into(),
+        "0.05".into(),
+        "--cache-dir".into(),
+        cache_dir.display().to_string(),
+        "-o".into(),
+        cache_dir.with_extension("relay").display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    collage(&args)
+}
+
+fn measure_stats(v: &Value) -> &Value {
+    &v["stats"]["measure"]
+}
+
+fn n(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no `{key}` in {v}"))
+}
+
+#[test]
+fn a_second_partition_measures_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let args = ["--costs", "measure", "--target", "tvm_cpu"];
+    let (first, err, code) = partition(&small(), &cache, &args);
+    assert_eq!(code, 0, "{err}");
+    let m = measure_stats(&first);
+    let timed = n(m, "measured");
+    assert!(timed > 0, "{m}");
+    assert_eq!(n(m, "cached"), 0);
+    assert_eq!(n(m, "unknown"), 0);
+    assert_eq!(
+        timed + n(m, "invalid"),
+        first["stats"]["estimates"].as_u64().unwrap()
+    );
+    let first_relay = std::fs::read_to_string(cache.with_extension("relay")).unwrap();
+
+    let (second, err, code) = partition(&small(), &cache, &args);
+    assert_eq!(code, 0, "{err}");
+    let m2 = measure_stats(&second);
+    assert_eq!(n(m2, "measured"), 0, "{m2}");
+    assert_eq!(n(m2, "invalid"), 0, "{m2}");
+    assert_eq!(n(m2, "cached"), timed + n(m, "invalid"));
+    // The same costs, so the same plan.
+    assert_eq!(first["functions"], second["functions"]);
+    assert_eq!(
+        std::fs::read_to_string(cache.with_extension("relay")).unwrap(),
+        first_relay
+    );
+
+    // Another thread count is another measurement.
+    let (third, err, code) = partition(
+        &small(),
+        &cache,
+        &[
+            "--costs",
+            "measure",
+            "--target",
+            "tvm_cpu",
+            "--threads",
+            "1",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(n(measure_stats(&third), "cached"), 0);
+    assert_eq!(n(measure_stats(&third), "threads"), 1);
+}
+
+#[test]
+fn targets_without_a_backend_here_go_to_the_next_estimator() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (v, err, code) = partition(
+        &small(),
+        &cache,
+        &[
+            "--costs",
+            "measure+analytic",
+            "--target",
+            "tvm_cpu",
+            "--target",
+            "cutlass",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let m = measure_stats(&v);
+    assert!(n(m, "unknown") > 0, "{m}");
+    // Nothing of the GPU target was measured or cached.
+    let (db, _) = Db::open(&cache.join("measurements.sqlite")).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(
+        s.by_target,
+        vec![("tvm_cpu".to_string(), n(m, "measured") + n(m, "invalid"))]
+    );
+    // Alone, `measure` leaves the GPU target's candidates unusable, and says why.
+    let (_, err, code) = partition(&small(), &cache, &["--costs", "measure", "--target", "tvm"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("error[E2101]"), "{err}");
+    assert!(err.contains("not on this machine's CPU"), "{err}");
+}
+
+#[test]
+fn a_damaged_cache_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("costs.db");
+    std::fs::write(
+        &file,
+        "not a database at all, but long enough to look like a header",
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let (v, err, code) = partition(
+        &small(),
+        &cache,
+        &[
+            "--costs",
+            "measure",
+            "--target",
+            "tvm_cpu",
+            "--cache",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning[W2402]"), "{err}");
+    assert!(n(measure_stats(&v), "measured") > 0);
+    assert!(dir.path().join("costs.db.corrupt").is_file());
+    // The cache works again, and `--cache` kept it out of the cache directory.
+    let (db, _) = Db::open(&file).unwrap();
+    assert!(db.stats().unwrap().entries > 0);
+    assert!(!cache.join("measurements.sqlite").exists());
+}
+
+#[test]
+fn an_unusable_cache_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = collage([
+        "partition",
+        small().to_str().unwrap(),
+        "--costs",
+        "measure",
+        "--cache",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error[E2401]"), "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    for bad in [["--threads", "0"], ["--measure-budget", "-1"]] {
+        let out = collage([
+            "partition",
+            small().to_str().unwrap(),
+            "--costs",
+            "measure",
+            "--cache-dir",
+            dir.path().to_str().unwrap(),
+            bad[0],
+            bad[1],
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}
+
+/// Rows in the cache, or 0 while it does not exist yet.
+fn rows(db: &Path) -> u64 {
+    if !db.exists() {
+        return 0;
+    }
+    Db::open(db).map_or(0, |(d, _)| d.stats().map_or(0, |s| s.entries))
+}
+
+#[test]
+fn a_killed_measurement_keeps_what_it_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let db = cache.join("measurements.sqlite");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_collage"))
+        .args([
+            "partition",
+            mnist().to_str().unwrap(),
+            "--costs",
+            "measure",
+            "--target",
+            "tvm_cpu",
+            "--measure-budget",
+            "0.05",
+            "--format",
+            "json",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut committed = 0;
+    while start.elapsed() < Duration::from_secs(60) {
+        committed = rows(&db);
+        if committed >= 3 || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SIGKILL: no destructor, no commit of anything in flight.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = rows(&db);
+    assert!(kept >= committed && kept >= 3, "{kept} rows after the kill");
+    let (v, err, code) = partition(
+        &mnist(),
+        &cache,
+        &["--costs", "measure", "--target", "tvm_cpu"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let m = measure_stats(&v);
+    let total = v["stats"]["estimates"].as_u64().unwrap();
+    assert!(
+        kept < total,
+        "the process was not killed during measurement"
+    );
+    assert_eq!(n(m, "cached"), kept, "{m}");
+    assert_eq!(n(m, "measured") + n(m, "invalid"), total - kept, "{m}");
+    assert_eq!(rows(&db), total);
+}
+
+#[test]
+fn two_processes_share_a_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let spawn = |out: &str| {
+        Command::new(env!("CARGO_BIN_EXE_collage"))
+            .args([
+                "partition",
+                small().to_str().unwrap(),
+                "--costs",
+                "measure",
+                "--target",
+                "tvm_cpu",
+                "--measure-budget",
+                "0.05",
+                "--format",
+                "json",
+                "--cache-dir",
+                cache.to_str().unwrap(),
+                "-o",
+                dir.path().join(out).to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a.relay"), spawn("b.relay"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for o in [&a, &b] {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let va: Value = serde_json::from_slice(&a.stdout).unwrap();
+    let total = va["stats"]["estimates"].as_u64().unwrap();
+    // Every structure is in the cache once, whoever measured it.
+    assert_eq!(rows(&cache.join("measurements.sqlite")), total);
+    let (v, err, code) = partition(
+        &small(),
+        &cache,
+        &["--costs", "measure", "--target", "tvm_cpu"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(n(measure_stats(&v), "measured"), 0);
+    assert_eq!(n(measure_stats(&v), "cached"), total);
+}
+
+#[test]
+fn cache_stats_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (v, err, code) = partition(
+        &small(),
+        &cache,
+        &["--costs", "measure", "--target", "tvm_cpu"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let total = v["stats"]["estimates"].as_u64().unwrap();
+    // A kernel cache as native code generation leaves it.
+    let kernels = cache.join("kernels");
+    std::fs::create_dir_all(kernels.join("entries")).unwrap();
+    std::fs::create_dir_all(kernels.join("lib")).unwrap();
+    std::fs::write(kernels.join("entries/k1"), "x").unwrap();
+    std::fs::write(kernels.join("lib/b.so"), "0123456789").unwrap();
+    let c = cache.to_str().unwrap();
+    let out = collage(["cache", "stats", "--cache-dir", c, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["measurements"]["entries"].as_u64(), Some(total));
+    assert_eq!(
+        s["measurements"]["by_target"]["tvm_cpu"].as_u64(),
+        Some(total)
+    );
+    assert_eq!(s["kernels"]["entries"].as_u64(), Some(1));
+    assert_eq!(s["kernels"]["libraries"].as_u64(), Some(1));
+    let out = collage(["cache", "stats", "--cache-dir", c]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{total} entries")), "{text}");
+    // Clearing the measurements only keeps the kernels.
+    let out = collage(["cache", "clear", "--cache-dir", c, "--measurements"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("cleared {total} measurement(s)")),
+        "{text}"
+    );
+    assert!(kernels.join("lib/b.so").exists());
+    let out = collage(["cache", "clear", "--cache-dir", c]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!kernels.exists());
+    let out = collage(["cache", "stats", "--cache-dir", c, "--json"]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["measurements"]["entries"].as_u64(), Some(0));
+    assert_eq!(s["kernels"]["entries"].as_u64(), Some(0));
+    // A damaged database is removed by `clear` too.
+    let db = cache.join("measurements.sqlite");
+    std::fs::write(
+        &db,
+        "garbage garbage garbage garbage garbage garbage garbage",
+    )
+    .unwrap();
+    let out = collage(["cache", "clear", "--cache-dir", c]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bench_runs_and_checks_every_placement() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let svg = dir.path().join("chart.svg");
+    let out = collage([
+        "bench",
+        small().to_str().unwrap(),
+        "--target",
+        "tvm_cpu",
+        "--target",
+        "cutlass",
+        "--costs",
+        "measure+analytic",
+        "--measure-budget",
+        "0.05",
+        "--run-budget",
+        "0.2",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--format",
+        "json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let placements = v["placements"].as_array().unwrap();
+    let names: Vec<&str> = placements
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["collage", "tvm", "cutlass", "greedy:cutlass"]);
+    // Whatever uses cutlass is skipped (it cannot run here) and says why; the rest ran, or has
+    // the partitions of one that did, with the reference interpreter's outputs. (Which
+    // placement the plan is depends on measured costs.)
+    for p in placements {
+        if p["partitions"].get("cutlass").is_some() {
+            assert_eq!(p["status"], "skipped", "{p}");
+            let reason = p["reason"].as_str().unwrap();
+            assert!(reason.contains("not on this machine's CPU"), "{p}");
+        } else {
+            assert!(p["status"] == "ran" || p["status"] == "same", "{p}");
+            assert_eq!(p["outputs_within_tolerance"], true, "{p}");
+            assert!(p["latency_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
+        }
+    }
+    assert_eq!(placements[1]["partitions"].get("cutlass"), None);
+    assert_eq!(placements[3]["status"], "skipped");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg"), "{chart}");
+    assert!(chart.contains("tvm_cpu alone"), "{chart}");
+    // The table, from the cache: nothing measured again.
+    let out = collage([
+        "bench",
+        small().to_str().unwrap(),
+        "--target",
+        "tvm_cpu",
+        "--run-budget",
+        "0.2",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("0 timed"), "{text}");
+    assert!(text.contains("Collage plan"), "{text}");
+    assert!(text.contains("speed-up  x1.00"), "{text}");
+    assert!(text.contains("ok (max abs diff"), "{text}");
+}

@@ -382,6 +382,7 @@ fn error_diagnostic(
                 d
             }
         }
+        PartitionError::Limit(e) => super::candidates::limit_diagnostic(program, e),
         PartitionError::Rewrite(msg) => Diagnostic::error(
             diag::E2103,
             format!("internal error: rewriting failed: {msg}"),

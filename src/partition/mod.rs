@@ -167,6 +167,8 @@ pub enum PartitionError {
     },
     /// Rewriting failed (a bug).
     Rewrite(String),
+    /// Enumeration reached one of its limits.
+    Limit(crate::enumerate::LimitError),
 }
 
 /// Phases reported to a progress display.
@@ -225,7 +227,9 @@ pub fn partition_on_devices(
     devices: Option<&[VirtualDevice]>,
 ) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
-    let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits).candidates;
+    let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits)
+        .map_err(PartitionError::Limit)?
+        .candidates;
     // BYOC partitions become functions called from the function body: their nodes must be in
     // the body's own block, not inside a branch or a nested function literal.
     candidates.retain(|c| {

@@ -95,6 +95,7 @@ impl Checker<'_> {
             },
             transition: Transition::default(),
             rule: Rule::Host,
+            span: Some(name.span),
         };
         let mut device_span = None;
         let mut compiler_given = false;

@@ -10,6 +10,7 @@ mod enumerate_props;
 mod extract;
 mod fuse;
 mod generate;
+mod limits;
 mod models;
 mod mutate;
 mod output;

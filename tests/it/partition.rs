@@ -609,7 +609,9 @@ fn table_costs_by_fingerprint_with_fallback() {
     ]);
     let program = crate::enumerate::library();
     let g = DataflowGraph::new(&m, m.main().unwrap());
-    let cands = collage::enumerate::enumerate(&g, &program, &Default::default()).candidates;
+    let cands = collage::enumerate::enumerate(&g, &program, &Default::default())
+        .expect("within the limits")
+        .candidates;
     let e = estimate_all(&g, &program, &cands, &chain, &|_, _| {});
     let tvm = program
         .targets

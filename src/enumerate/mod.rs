@@ -351,6 +351,51 @@ pub fn default_depth(t: &Target, limits: &Limits) -> u32 {
     }
 }
 
+/// The limits a target's rules put on the sub-graphs they produce, as far as validity can tell:
+/// the depth limit in force for the target and, when its rule tree is wrapped in `only_valid`
+/// (every `patterns` target, and the shipped native targets), that rule's exits and taps; the
+/// depth limit of a `combine` directly inside it applies too. Greedy regions grow, and chosen
+/// partitions coalesce, only within these limits, so a plan never holds a partition deeper or
+/// with more exits than its target's rules allow.
+pub fn target_limits(t: &Target, limits: &Limits) -> SubGraphConfig {
+    rule_limits(&t.rule, default_depth(t, limits))
+}
+
+fn rule_limits(rule: &Rule, default: u32) -> SubGraphConfig {
+    let combine_depth = |r: &Rule| match r {
+        Rule::Combine { max_depth, .. } => Some(max_depth.unwrap_or(default)),
+        _ => None,
+    };
+    match rule {
+        Rule::Primitive(sub) | Rule::Composite(_, sub) => rule_limits(sub, default),
+        Rule::OnlyValid(sub, config) => {
+            let own = config.max_depth.unwrap_or(default);
+            SubGraphConfig {
+                max_depth: Some(combine_depth(sub).map_or(own, |d| d.min(own))),
+                ..*config
+            }
+        }
+        Rule::Union(subs) => {
+            // The loosest of its parts.
+            let parts: Vec<SubGraphConfig> = subs.iter().map(|s| rule_limits(s, default)).collect();
+            SubGraphConfig {
+                max_depth: parts.iter().map(|c| c.max_depth).max().flatten(),
+                max_exits: if parts.iter().any(|c| c.max_exits == 0) {
+                    0
+                } else {
+                    parts.iter().map(|c| c.max_exits).max().unwrap_or(0)
+                },
+                allow_taps: parts.is_empty() || parts.iter().any(|c| c.allow_taps),
+            }
+        }
+        _ => SubGraphConfig {
+            max_depth: Some(combine_depth(rule).unwrap_or(default)),
+            max_exits: 0,
+            allow_taps: true,
+        },
+    }
+}
+
 /// Replaces the leading target name of a rule name.
 fn retarget(rule_name: &str, from: &str, to: &str) -> String {
     match rule_name.strip_prefix(from) {

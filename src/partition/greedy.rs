@@ -1,21 +1,20 @@
 //! Greedy `partition_for_X`-style regions of one BYOC target: its candidates, largest first,
 //! taken while they do not overlap what is already taken, then touching regions merged while
-//! their union stays convex (TVM's `MergeCompilerRegions`). The regions may exceed the depth
-//! limits and have several exits; they are offered to the search as candidates and define the
-//! `greedy:<target>` baseline.
+//! their union stays within the target's limits (TVM's `MergeCompilerRegions`, bounded as the
+//! target's rules are: convex, in one basic block, within the depth limit and the exits and
+//! taps of its `only_valid`; see [`crate::enumerate::target_limits`]). The regions define the
+//! `greedy:<target>` baseline and join the search as candidates.
 
 use crate::enumerate::{Candidate, DataflowGraph, SubGraph};
 use crate::ruletree::SubGraphConfig;
 
-/// Validity of merged regions: convex and in one basic block; any depth, exits and taps.
-pub const MERGED: SubGraphConfig = SubGraphConfig {
-    max_depth: None,
-    max_exits: 0,
-    allow_taps: true,
-};
-
-/// The greedy regions of target `t`, in node order.
-pub fn regions(g: &DataflowGraph<'_>, candidates: &[Candidate], t: usize) -> Vec<Candidate> {
+/// The greedy regions of target `t`, grown within `limits`, in node order.
+pub fn regions(
+    g: &DataflowGraph<'_>,
+    candidates: &[Candidate],
+    t: usize,
+    limits: &SubGraphConfig,
+) -> Vec<Candidate> {
     let mut mine: Vec<&Candidate> = candidates.iter().filter(|c| c.target == t).collect();
     mine.sort_by(|a, b| {
         b.sub_graph
@@ -35,7 +34,7 @@ pub fn regions(g: &DataflowGraph<'_>, candidates: &[Candidate], t: usize) -> Vec
         picked.push(c.sub_graph.clone());
     }
     picked.sort_by(|a, b| a.order(b));
-    let merged = merge_touching(g, picked);
+    let merged = merge_touching(g, picked, limits);
     merged
         .into_iter()
         .map(|sub_graph| Candidate {
@@ -46,22 +45,28 @@ pub fn regions(g: &DataflowGraph<'_>, candidates: &[Candidate], t: usize) -> Vec
         .collect()
 }
 
-/// Merges touching sub-graphs while the union is valid under [`MERGED`]. The result is sorted
+/// Merges touching sub-graphs while the union is valid under `limits`. The result is sorted
 /// in node order.
-pub fn merge_touching(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> Vec<SubGraph> {
+pub fn merge_touching(
+    g: &DataflowGraph<'_>,
+    parts: Vec<SubGraph>,
+    limits: &SubGraphConfig,
+) -> Vec<SubGraph> {
     merge_touching_by(
         g,
         parts.into_iter().map(|p| (p, ())).collect(),
         |_, _| true,
         |_, _| (),
+        |_| *limits,
     )
     .into_iter()
     .map(|(p, ())| p)
     .collect()
 }
 
-/// Merges touching parts whose payloads `can_merge`, while the union is valid under [`MERGED`]
-/// and, when it has several exits, no value leaves it and comes back through the other parts
+/// Merges touching parts whose payloads `can_merge`, while the union is valid under the limits
+/// `config` gives for its payload (convex and in one basic block, within the depth, exits and
+/// taps) and, when it has several exits, no value leaves it and comes back through the other parts
 /// (each part is rewritten as one unit, so such a union could not be called):
 /// each part, in order, absorbs its touching neighbours (lowest first) until none is left, and
 /// passes repeat until nothing changes. Neighbours are found through the nodes feeding and fed
@@ -72,6 +77,7 @@ pub fn merge_touching_by<T>(
     parts: Vec<(SubGraph, T)>,
     can_merge: impl Fn(&T, &T) -> bool,
     combine: impl Fn(T, T) -> T,
+    config: impl Fn(&T) -> SubGraphConfig,
 ) -> Vec<(SubGraph, T)> {
     let mut owner = vec![usize::MAX; g.len()];
     for (k, (p, _)) in parts.iter().enumerate() {
@@ -155,7 +161,8 @@ pub fn merge_touching_by<T>(
                         String::new(),
                         Vec::new(),
                     );
-                    if plain.is_valid(g, &MERGED) && no_cycle(&slots, &owner, &starts, i, j, &plain)
+                    if plain.is_valid(g, &config(ta))
+                        && no_cycle(&slots, &owner, &starts, i, j, &plain)
                     {
                         merged = Some(j);
                         break;

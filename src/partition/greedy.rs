@@ -24,13 +24,17 @@ pub fn regions(
             .then_with(|| a.sub_graph.order(&b.sub_graph))
             .then_with(|| a.rule_name.cmp(&b.rule_name))
     });
-    let mut taken = g.empty_set();
+    // Nodes taken so far, one flag per node: each candidate costs its own size to test and
+    // take, however much is taken (a growing set would cost its size at every union).
+    let mut taken = vec![false; g.len()];
     let mut picked: Vec<SubGraph> = Vec::new();
     for c in mine {
-        if c.sub_graph.inside.intersects(&taken) {
+        if c.sub_graph.inside.iter().any(|i| taken[i]) {
             continue;
         }
-        taken.union_with(&c.sub_graph.inside);
+        for i in c.sub_graph.inside.iter() {
+            taken[i] = true;
+        }
         picked.push(c.sub_graph.clone());
     }
     picked.sort_by(|a, b| a.order(b));
@@ -85,7 +89,23 @@ pub fn merge_touching_by<T>(
             owner[i] = k;
         }
     }
-    let mut slots: Vec<Option<(SubGraph, T)>> = parts.into_iter().map(Some).collect();
+    // The slots hold plain sub-graphs (validity and the cycle test depend on the nodes alone)
+    // and the parts each is made of: each whole union, nested parts and all, is built once, at
+    // the end, rather than rebuilt at every merge (which made merging quadratic in the size of
+    // the regions).
+    let mut originals: Vec<SubGraph> = Vec::with_capacity(parts.len());
+    let mut slots: Vec<Option<(SubGraph, T)>> = Vec::with_capacity(parts.len());
+    for (p, t) in parts {
+        slots.push(Some((
+            SubGraph {
+                nested: Vec::new(),
+                ..p.clone()
+            },
+            t,
+        )));
+        originals.push(p);
+    }
+    let mut members: Vec<Vec<usize>> = (0..slots.len()).map(|k| vec![k]).collect();
     // The cycle test is bounded in a topological order that keeps nearby nodes near (see
     // `returns_to_among`); without forward edges there is none, and the test is unbounded.
     let rank = super::edges_go_forward(g).then(|| super::local_order(g));
@@ -95,25 +115,34 @@ pub fn merge_touching_by<T>(
         let first = ranks.next()?;
         Some(ranks.fold((first, first), |(lo, hi), r| (lo.min(r), hi.max(r))))
     };
-    // The largest last rank of the slots starting at or before each rank.
+    // The first and last rank of each slot, and the largest last rank of the slots starting at
+    // or before each rank.
+    let mut spans: Vec<Option<(usize, usize)>> = slots
+        .iter()
+        .map(|s| s.as_ref().and_then(|(p, _)| span(p)))
+        .collect();
     let mut starts = PrefixMax::new(g.len());
-    for (p, _) in slots.iter().flatten() {
-        if let Some((a, b)) = span(p) {
-            starts.set(a, b);
-        }
+    for &(a, b) in spans.iter().flatten() {
+        starts.set(a, b);
     }
+    // The span of the union of two slots.
+    let joined = |a: Option<(usize, usize)>, b: Option<(usize, usize)>| match (a, b) {
+        (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
+        (s, None) | (None, s) => s,
+    };
     let mut reach = super::Reach::default();
     let mut no_cycle = |slots: &[Option<(SubGraph, T)>],
                         owner: &[usize],
                         starts: &PrefixMax,
                         i,
                         j,
-                        u: &SubGraph| {
+                        u: &SubGraph,
+                        u_span: Option<(usize, usize)>| {
         if u.exit.count() < 2 {
             return true;
         }
         // The first rank at or after `u`'s last that no slot straddles.
-        let limit = rank.as_deref().zip(span(u)).map(|(rank, (_, mut bound))| {
+        let limit = rank.as_deref().zip(u_span).map(|(rank, (_, mut bound))| {
             while let Some(b) = starts.prefix(bound).filter(|&b| b > bound) {
                 bound = b;
             }
@@ -162,41 +191,62 @@ pub fn merge_touching_by<T>(
                         Vec::new(),
                     );
                     if plain.is_valid(g, &config(ta))
-                        && no_cycle(&slots, &owner, &starts, i, j, &plain)
+                        && no_cycle(
+                            &slots,
+                            &owner,
+                            &starts,
+                            i,
+                            j,
+                            &plain,
+                            joined(spans[i], spans[j]),
+                        )
                     {
-                        merged = Some(j);
+                        merged = Some((j, plain));
                         break;
                     }
                 }
-                let Some(j) = merged else { break };
+                let Some((j, u)) = merged else { break };
                 let (b, tb) = slots[j].take().expect("neighbour present");
-                let (a, ta) = slots[i].take().expect("part present");
-                let (a_span, b_span) = (span(&a), span(&b));
-                let u = match a.absorb(g, &b) {
-                    Ok(u) => u,
-                    Err(a) => {
-                        // Touching parts are disjoint, so this does not happen; were it to,
-                        // both stay as they are.
-                        slots[i] = Some((*a, ta));
-                        slots[j] = Some((b, tb));
-                        break;
-                    }
-                };
+                let (_, ta) = slots[i].take().expect("part present");
+                let (a_span, b_span) = (spans[i], spans[j].take());
                 for (f, _) in [a_span, b_span].into_iter().flatten() {
                     starts.clear(f);
                 }
-                if let Some((f, l)) = span(&u) {
+                // The union's span, from its parts' (not from all its nodes again).
+                spans[i] = joined(a_span, b_span);
+                if let Some((f, l)) = spans[i] {
                     starts.set(f, l);
                 }
                 for n in b.inside.iter() {
                     owner[n] = i;
                 }
+                let absorbed = std::mem::take(&mut members[j]);
+                members[i].extend(absorbed);
                 slots[i] = Some((u, combine(ta, tb)));
                 changed = true;
             }
         }
     }
-    let mut out: Vec<(SubGraph, T)> = slots.into_iter().flatten().collect();
+    // Each slot's whole sub-graph: the part itself, or the union of its parts in the order
+    // they joined.
+    let mut originals: Vec<Option<SubGraph>> = originals.into_iter().map(Some).collect();
+    let mut out: Vec<(SubGraph, T)> = slots
+        .into_iter()
+        .zip(members)
+        .filter_map(|(slot, members)| {
+            let (_, t) = slot?;
+            let mut parts: Vec<SubGraph> = members
+                .iter()
+                .filter_map(|&m| originals[m].take())
+                .collect();
+            let whole = if parts.len() == 1 {
+                parts.pop().expect("one part")
+            } else {
+                SubGraph::union_all(g, parts)
+            };
+            Some((whole, t))
+        })
+        .collect();
     out.sort_by(|a, b| a.0.order(&b.0));
     out
 }

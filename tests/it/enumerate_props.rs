@@ -630,6 +630,53 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// `SubGraph::union_all` builds what absorbing the parts one after the other builds: the
+    /// same nodes, boundary, depth, kind and label, and the same nested structure (`Primitive`
+    /// wrappers merged level by level, composites side by side), for disjoint parts wrapped at
+    /// random as BYOC candidates are.
+    #[test]
+    fn union_all_is_absorbing_in_order(
+        params in 1u8..=3,
+        steps in steps(),
+        tuple_result in any::<bool>(),
+        bytes in prop::collection::vec(any::<u8>(), 5 * 24),
+        wraps in prop::collection::vec(0u8..4, 5),
+    ) {
+        let text = model_text(params, &steps, tuple_result);
+        let m = load(&text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let f = Facts::new(&m, &g);
+        let prim = vec![("Primitive".to_string(), AttrValue::int(1))];
+        let comp = |name: &str| vec![("Composite".to_string(), AttrValue::Str(name.into()))];
+        let mut taken = BTreeSet::new();
+        let mut parts = Vec::new();
+        for (c, &w) in bytes.chunks(24).zip(&wraps) {
+            let set: BTreeSet<usize> = subset(&g, &m, &f, c).difference(&taken).copied().collect();
+            if set.is_empty() {
+                continue;
+            }
+            taken.extend(set.iter().copied());
+            let s = SubGraph::new(&g, index_set(&g, &set));
+            parts.push(match w {
+                0 => s,
+                1 => s.with_attrs(&g, prim.clone()),
+                2 => s.with_attrs(&g, comp("x")).with_attrs(&g, prim.clone()),
+                _ => s.with_attrs(&g, comp("y")),
+            });
+        }
+        prop_assume!(!parts.is_empty());
+        let mut absorbed = parts[0].clone();
+        for p in &parts[1..] {
+            absorbed = absorbed.absorb(&g, p).expect("disjoint parts");
+        }
+        let all = SubGraph::union_all(&g, parts);
+        prop_assert_eq!(format!("{all:?}"), format!("{absorbed:?}"), "in\n{}", text);
+    }
+}
+
 /// The generator covers what it claims: on a fixed sample, every kind of node and a split with
 /// its projections, a concatenate of a tuple, shared operands and tensor constants occur; and
 /// the random subsets reach every outcome the properties distinguish (valid and invalid for

@@ -1020,3 +1020,31 @@ proptest! {
         }
     }
 }
+
+/// `benches/reference.rules`, the reference configuration, models TVM's test hook target
+/// (`example_target_hook`) with the fusion style TVM's Collage gives it: arbitrary fusion, as
+/// for every compiler other than cutlass, cublas, cudnn and tensorrt (byoc-tables §0.2).
+#[test]
+fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
+    let prelude = collage::library::LIBRARY
+        .iter()
+        .find(|(n, _)| *n == "rules/prelude.rules")
+        .map(|(_, t)| *t)
+        .expect("the prelude");
+    let text = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
+    let table = [
+        ("rules/prelude.rules", prelude),
+        ("rules/reference.rules", text.as_str()),
+    ];
+    let mut sources = collage::source::SourceMap::new();
+    let checked = sema::check(
+        &mut sources,
+        &sema::Provider::Embedded(&table),
+        &[std::path::PathBuf::from("rules/reference.rules")],
+    );
+    assert!(!checked.diags.has_errors());
+    let program = checked.program.expect("the reference rules check");
+    let hook = program.target("example").expect("the hook target");
+    assert_eq!(hook.compiler.as_deref(), Some("example_target_hook"));
+    assert_eq!(hook.fusion, Some(collage::ruletree::FusionStyle::Arbitrary));
+}

@@ -15,12 +15,14 @@ pub fn regions(
     t: usize,
     limits: &SubGraphConfig,
 ) -> Vec<Candidate> {
-    let mut mine: Vec<&Candidate> = candidates.iter().filter(|c| c.target == t).collect();
-    mine.sort_by(|a, b| {
-        b.sub_graph
-            .inside
-            .count()
-            .cmp(&a.sub_graph.inside.count())
+    // Largest first (sizes counted once, not at every comparison).
+    let mut mine: Vec<(usize, &Candidate)> = candidates
+        .iter()
+        .filter(|c| c.target == t)
+        .map(|c| (c.sub_graph.inside.count(), c))
+        .collect();
+    mine.sort_by(|(na, a), (nb, b)| {
+        nb.cmp(na)
             .then_with(|| a.sub_graph.order(&b.sub_graph))
             .then_with(|| a.rule_name.cmp(&b.rule_name))
     });
@@ -28,7 +30,7 @@ pub fn regions(
     // take, however much is taken (a growing set would cost its size at every union).
     let mut taken = vec![false; g.len()];
     let mut picked: Vec<SubGraph> = Vec::new();
-    for c in mine {
+    for (_, c) in mine {
         if c.sub_graph.inside.iter().any(|i| taken[i]) {
             continue;
         }
@@ -96,13 +98,18 @@ pub fn merge_touching_by<T>(
     let mut originals: Vec<SubGraph> = Vec::with_capacity(parts.len());
     let mut slots: Vec<Option<(SubGraph, T)>> = Vec::with_capacity(parts.len());
     for (p, t) in parts {
-        slots.push(Some((
-            SubGraph {
-                nested: Vec::new(),
-                ..p.clone()
-            },
-            t,
-        )));
+        let plain = SubGraph {
+            inside: p.inside.clone(),
+            entry: p.entry.clone(),
+            exit: p.exit.clone(),
+            input: p.input.clone(),
+            output: p.output.clone(),
+            depth: p.depth,
+            kind: p.kind,
+            label: String::new(),
+            nested: Vec::new(),
+        };
+        slots.push(Some((plain, t)));
         originals.push(p);
     }
     let mut members: Vec<Vec<usize>> = (0..slots.len()).map(|k| vec![k]).collect();

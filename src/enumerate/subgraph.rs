@@ -265,6 +265,64 @@ impl SubGraph {
         SubGraph::with(g, inside, kind, label, nested)
     }
 
+    /// The union of `self` and `small` (disjoint) as a plain sub-graph (no nested parts, no
+    /// label), its boundary derived from theirs: only the nodes of `small` and their neighbours
+    /// are looked at, so the work grows with `small` and with the words of the sets, not with
+    /// the nodes of `self`. The depth is not computed: it is set to the number of inside nodes,
+    /// an upper bound, for tests against a depth limit at least that large.
+    pub fn plain_union_shallow(&self, g: &DataflowGraph<'_>, small: &SubGraph) -> SubGraph {
+        let inside = self.inside.union(&small.inside);
+        // Only nodes with an edge between the two parts can stop being entries or exits (a
+        // union moves nodes inside, never outside).
+        let mut changed: Vec<usize> = Vec::new();
+        for y in small.inside.iter() {
+            for x in g.inputs(y).iter().chain(g.outputs(y)) {
+                if self.inside.contains(x.index()) {
+                    changed.push(x.index());
+                    changed.push(y);
+                }
+            }
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        let mut entry = self.entry.union(&small.entry);
+        let mut exit = self.exit.union(&small.exit);
+        for &x in &changed {
+            let outside_input = g.inputs(x).iter().any(|j| {
+                let j = j.index();
+                !inside.contains(j) && !g.inlinable[j]
+            });
+            if !outside_input {
+                entry.remove(x);
+            }
+            let leaves =
+                g.is_external(x) || g.outputs(x).iter().any(|o| !inside.contains(o.index()));
+            if !leaves {
+                exit.remove(x);
+            }
+        }
+        let input = self
+            .input
+            .difference(&small.inside)
+            .union(&small.input.difference(&self.inside));
+        let output = self
+            .output
+            .difference(&small.inside)
+            .union(&small.output.difference(&self.inside));
+        let depth = inside.count() as u32;
+        SubGraph {
+            inside,
+            entry,
+            exit,
+            input,
+            output,
+            depth,
+            kind: self.kind.max(small.kind),
+            label: String::new(),
+            nested: Vec::new(),
+        }
+    }
+
     /// The union of `self` and `other` (disjoint) with the given nested sub-graphs.
     fn union_with_nested(
         &self,

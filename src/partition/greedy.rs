@@ -190,14 +190,24 @@ pub fn merge_touching_by<T>(
                     // parts of two disjoint parts stay disjoint), so they are tested on the
                     // plain union, and the whole union is built only for a merge, from the
                     // growing part itself: no copy of everything it holds at every step.
-                    let plain = SubGraph::with(
-                        g,
-                        a.inside.union(&b.inside),
-                        a.kind.max(b.kind),
-                        String::new(),
-                        Vec::new(),
-                    );
-                    if plain.is_valid(g, &config(ta))
+                    let limits = config(ta);
+                    let (na, nb) = (a.inside.count(), b.inside.count());
+                    // Within a depth limit no smaller than the union's size, the depth need not
+                    // be known, and the union's boundary follows from the parts' with work in
+                    // the smaller part only: growing a large region stays near-linear.
+                    let plain = if limits.max_depth.is_none_or(|d| d as usize >= na + nb) {
+                        let (big, small) = if na >= nb { (a, b) } else { (b, a) };
+                        big.plain_union_shallow(g, small)
+                    } else {
+                        SubGraph::with(
+                            g,
+                            a.inside.union(&b.inside),
+                            a.kind.max(b.kind),
+                            String::new(),
+                            Vec::new(),
+                        )
+                    };
+                    if plain.is_valid(g, &limits)
                         && no_cycle(
                             &slots,
                             &owner,

@@ -568,6 +568,18 @@ proptest! {
                 let u = u.expect("a disjoint union");
                 let union: BTreeSet<usize> = up.union(down).copied().collect();
                 prop_assert_eq!(to_set(&u.inside), union.clone());
+                // The shallow union (greedy merging of large regions) derives the same boundary
+                // from the parts', from either side; its depth is the size, an upper bound.
+                for shallow in [su.plain_union_shallow(&g, &sd), sd.plain_union_shallow(&g, &su)] {
+                    prop_assert_eq!(
+                        (&shallow.inside, &shallow.entry, &shallow.exit, &shallow.input),
+                        (&u.inside, &u.entry, &u.exit, &u.input),
+                        "shallow union of {:?} and {:?} in\n{}", up, down, text
+                    );
+                    prop_assert_eq!((&shallow.output, shallow.kind), (&u.output, u.kind));
+                    prop_assert_eq!(shallow.depth as usize, union.len());
+                    prop_assert!(u.depth <= shallow.depth);
+                }
                 assert_matches(&g, &f, &u, &text);
                 prop_assert_eq!(u.kind, su.kind.max(sd.kind));
                 let label = match (su.label.is_empty(), sd.label.is_empty()) {

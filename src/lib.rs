@@ -3,6 +3,7 @@
 //! See `docs/overview.md` for the pipeline and module map.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod cost;
 pub mod dataflow;
 pub mod devices;
@@ -10,6 +11,8 @@ pub mod diag;
 pub mod driver;
 pub mod dsl;
 pub mod enumerate;
+pub mod exec;
+pub mod ffi;
 pub mod fuse;
 pub mod gen;
 pub mod ir;

@@ -11,6 +11,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The largest input file read (model, rules file, cost table): bytes, or with a suffix
+    /// `K`, `M`, `G` (powers of 1024); at most 4G less one byte.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size,
+          default_value = "1G")]
+    max_input_size: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -34,6 +39,8 @@ enum Command {
         /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
         #[arg(long)]
         no_type_comments: bool,
+        #[command(flatten)]
+        output: ModuleOutput,
     },
     /// List the candidate partitions each target's rules produce for a model.
     Candidates {
@@ -46,10 +53,20 @@ enum Command {
         #[arg(long = "target", value_name = "NAME")]
         targets: Vec<String>,
         /// Depth limit for native targets' candidates.
-        #[arg(long, value_name = "N", default_value_t = 8)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
         tvm_max_depth: u32,
         /// Depth limit for BYOC targets' candidates.
-        #[arg(long, value_name = "N", default_value_t = 8)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
         byoc_max_depth: u32,
         #[command(flatten)]
         bounds: Bounds,
@@ -73,13 +90,28 @@ enum Command {
         #[arg(long, value_name = "SPEC", default_value = "analytic")]
         costs: String,
         /// Time limit in seconds for one `cmd:` measurement.
-        #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 60.0,
+            allow_negative_numbers = true
+        )]
         cost_timeout: f64,
         /// Depth limit for native targets' candidates.
-        #[arg(long, value_name = "N", default_value_t = 8)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
         tvm_max_depth: u32,
         /// Depth limit for BYOC targets' candidates.
-        #[arg(long, value_name = "N", default_value_t = 8)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 8,
+            allow_negative_numbers = true
+        )]
         byoc_max_depth: u32,
         #[command(flatten)]
         bounds: Bounds,
@@ -108,6 +140,8 @@ enum Command {
         /// Print the wall time of each phase on stderr.
         #[arg(long)]
         timings: bool,
+        #[command(flatten)]
+        module_output: ModuleOutput,
     },
     /// Plan the virtual device of every expression and print the planned module.
     PlanDevices {
@@ -126,17 +160,64 @@ enum Command {
         /// Leave out the ` /* ty=... */` comments on calls, tuples and projections.
         #[arg(long)]
         no_type_comments: bool,
+        #[command(flatten)]
+        output: ModuleOutput,
     },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
         /// The model file (`.relay`).
         model: PathBuf,
         /// Maximum number of nodes in one group (TVM's `relay.FuseOps.max_depth`).
-        #[arg(long, value_name = "N", default_value_t = collage::fuse::DEFAULT_MAX_DEPTH)]
+        #[arg(long, value_name = "N", default_value_t = collage::fuse::DEFAULT_MAX_DEPTH, allow_negative_numbers = true)]
         max_depth: usize,
         /// Print the groups as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
+    /// latency and peak memory.
+    Run {
+        /// The model file (`.relay`).
+        model: PathBuf,
+        /// Seed of the pseudo-random weights and inputs.
+        #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED)]
+        seed: u64,
+        /// An input from a NumPy file, by parameter name (without `%`); repeatable. Parameters
+        /// not given are drawn from the seed.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Write the outputs as `output0.npy`, `output1.npy`, ... into this directory.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        /// Timed runs.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        repeat: usize,
+        /// Untimed runs before the timed ones.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warmup: usize,
+        /// Worker threads (default: all cores).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Report format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
+        /// Also run this model on the same inputs and weights and compare the outputs
+        /// (repeatable); exit 1 when they differ beyond the tolerance.
+        #[arg(long, value_name = "OTHER.relay")]
+        compare_with: Vec<PathBuf>,
+        /// Relative tolerance of the comparison (default per dtype).
+        #[arg(long, value_name = "X")]
+        rtol: Option<f64>,
+        /// Absolute tolerance of the comparison (default per dtype).
+        #[arg(long, value_name = "X")]
+        atol: Option<f64>,
+    },
+    /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
+    /// OpenBLAS): whether each is available, its library and version.
+    Backends {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
     },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
@@ -150,7 +231,12 @@ enum GenerateModel {
     /// A GPT-2 whose layers are those of the corpus model `gpt2.relay` (12 layers is that model).
     Gpt2 {
         /// Transformer layers.
-        #[arg(long, value_name = "N", default_value_t = 12)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 12,
+            allow_negative_numbers = true
+        )]
         layers: usize,
         /// Write the model to this file (atomically) instead of standard output.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -159,10 +245,15 @@ enum GenerateModel {
     /// A BERT-large-style encoder (hidden 1024, 16 heads, feed-forward 4096).
     Bert {
         /// Encoder layers.
-        #[arg(long, value_name = "N", default_value_t = collage::gen::BERT_LARGE_LAYERS)]
+        #[arg(long, value_name = "N", default_value_t = collage::gen::BERT_LARGE_LAYERS, allow_negative_numbers = true)]
         layers: usize,
         /// Tokens in the input sequence.
-        #[arg(long, value_name = "S", default_value_t = 128)]
+        #[arg(
+            long,
+            value_name = "S",
+            default_value_t = 128,
+            allow_negative_numbers = true
+        )]
         seq: usize,
         /// Write the model to this file (atomically) instead of standard output.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -201,6 +292,24 @@ fn limits(tvm_max_depth: u32, byoc_max_depth: u32, b: &Bounds) -> collage::enume
     }
 }
 
+/// How a command that prints a module prints it (flattened into each such command).
+#[derive(clap::Args, Clone, Copy, Debug)]
+struct ModuleOutput {
+    /// Print the module as TVM 0.19 reads it: virtual devices as `meta[VirtualDevice][i]` in a
+    /// `#[metadata]` section, a let-bound variable's device as an `on_device` around its value.
+    #[arg(long)]
+    tvm_compat: bool,
+}
+
+impl ModuleOutput {
+    fn options(self, type_comments: bool) -> collage::relay::print::PrintOptions {
+        collage::relay::print::PrintOptions {
+            type_comments,
+            tvm_compat: self.tvm_compat,
+        }
+    }
+}
+
 /// Report formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum FormatArg {
@@ -224,6 +333,40 @@ fn main() -> ExitCode {
     ExitCode::from(outcome.exit_code())
 }
 
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 0),
+        Some((i, _)) => {
+            let shift = match t[i..].to_ascii_uppercase().as_str() {
+                "" | "B" => 0,
+                "K" | "KB" | "KIB" => 10,
+                "M" | "MB" | "MIB" => 20,
+                "G" | "GB" | "GIB" => 30,
+                _ => {
+                    return Err(format!(
+                        "`{text}` is not a size (e.g. `4096`, `512M`, `1G`)"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. `4096`, `512M`, `1G`)"))?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if bytes == 0 || bytes > collage::source::MAX_INPUT_BYTES_CEILING {
+        return Err(format!(
+            "`{text}` is out of range: the limit must be between 1 byte and 4G less one byte"
+        ));
+    }
+    Ok(bytes)
+}
+
 fn parse_device(text: &str) -> Result<collage::ir::VirtualDevice, String> {
     driver::parse_device_arg(text).ok_or_else(|| {
         format!("`{text}` is not a device (expected e.g. `cpu`, `cuda` or `cuda(1)`)")
@@ -236,13 +379,15 @@ fn run_fallback() -> Outcome {
 }
 
 fn run(cli: Cli) -> Outcome {
+    collage::source::set_max_input_bytes(cli.max_input_size);
     match cli.command {
         Command::Check { paths, print } => driver::check_command(&paths, print),
         Command::Parse {
             model,
             json,
             no_type_comments,
-        } => driver::parse_command(&model, json, !no_type_comments),
+            output,
+        } => driver::parse_command(&model, json, output.options(!no_type_comments)),
         Command::Candidates {
             model,
             rules,
@@ -261,13 +406,15 @@ fn run(cli: Cli) -> Outcome {
             complete,
             default_device,
             no_type_comments,
+            output,
         } => {
             let form = if complete {
                 driver::DeviceForm::Complete
             } else {
                 driver::DeviceForm::Minimal
             };
-            driver::plan_devices_command(&model, form, &default_device, !no_type_comments)
+            let opts = output.options(!no_type_comments);
+            driver::plan_devices_command(&model, form, &default_device, opts)
         }
         Command::Fuse {
             model,
@@ -291,6 +438,7 @@ fn run(cli: Cli) -> Outcome {
             dijkstra,
             prune,
             timings,
+            module_output,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
                 eprintln!("error: `--cost-timeout` must be a positive number of seconds");
@@ -314,8 +462,40 @@ fn run(cli: Cli) -> Outcome {
                 lower_bound: !dijkstra,
                 prune,
                 timings,
+                print: module_output.options(true),
             };
             driver::partition::partition_command(&req)
+        }
+        Command::Run {
+            model,
+            seed,
+            inputs,
+            output_dir,
+            repeat,
+            warmup,
+            threads,
+            format,
+            compare_with,
+            rtol,
+            atol,
+        } => driver::run::run_command(&driver::run::Request {
+            model,
+            seed,
+            inputs,
+            output_dir,
+            repeat,
+            warmup,
+            threads,
+            format: match format {
+                FormatArg::Table => driver::run::Format::Table,
+                FormatArg::Json => driver::run::Format::Json,
+            },
+            compare_with,
+            rtol,
+            atol,
+        }),
+        Command::Backends { format } => {
+            driver::backends::backends_command(format == FormatArg::Json)
         }
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {

@@ -154,6 +154,114 @@ impl SourceMap {
     }
 }
 
+/// The default limit on the size of one input file (model, rules file, cost table): 1 GiB.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 1 << 30;
+
+/// The largest limit that can be set: spans are 32-bit byte offsets.
+pub const MAX_INPUT_BYTES_CEILING: u64 = u32::MAX as u64;
+
+static MAX_INPUT_BYTES: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(DEFAULT_MAX_INPUT_BYTES);
+
+/// Sets the process-wide limit on the size of one input file (`--max-input-size`), clamped to
+/// [`MAX_INPUT_BYTES_CEILING`].
+pub fn set_max_input_bytes(limit: u64) {
+    MAX_INPUT_BYTES.store(
+        limit.min(MAX_INPUT_BYTES_CEILING),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The process-wide limit on the size of one input file.
+pub fn max_input_bytes() -> u64 {
+    MAX_INPUT_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Why an input file could not be read as text.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file system said no.
+    Io(std::io::Error),
+    /// The file holds more than the input limit (the limit is given).
+    TooLarge(u64),
+    /// The bytes are not UTF-8: the text up to a little past the first bad byte (decoded
+    /// lossily, for showing it) and the offset of that byte.
+    NotUtf8 {
+        /// The prefix of the file, lossily decoded.
+        text: String,
+        /// Offset of the first invalid byte.
+        at: usize,
+    },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::TooLarge(limit) => write!(
+                f,
+                "the file is larger than the input limit of {} (raise it with `--max-input-size`)",
+                human_bytes(*limit)
+            ),
+            ReadError::NotUtf8 { at, .. } => {
+                write!(
+                    f,
+                    "the file is not valid UTF-8 (invalid byte at offset {at})"
+                )
+            }
+        }
+    }
+}
+
+/// Bytes as `1 GiB`, `512 MiB`, `3 KiB` or `17 bytes`: the largest unit that divides them, else
+/// bytes.
+pub fn human_bytes(n: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
+}
+
+/// Reads a file as UTF-8 text, reading at most the input limit ([`max_input_bytes`]): a larger
+/// file, or an endless one such as `/dev/zero`, stops with [`ReadError::TooLarge`] once the limit
+/// is passed, without buffering more.
+pub fn read_text(path: &std::path::Path) -> Result<String, ReadError> {
+    let bytes = read_bytes(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let mut text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+        text.truncate(text.floor_char_boundary(at + 3));
+        ReadError::NotUtf8 { text, at }
+    })
+}
+
+/// Reads a file's bytes under the same input limit as [`read_text`] (binary inputs such as
+/// `.npy` files).
+pub fn read_bytes(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let limit = max_input_bytes();
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    // Regular files say their size: refuse at once rather than after reading a gigabyte.
+    if let Ok(meta) = file.metadata() {
+        if meta.is_dir() {
+            return Err(ReadError::Io(std::io::Error::other("it is a directory")));
+        }
+        if meta.is_file() && meta.len() > limit {
+            return Err(ReadError::TooLarge(limit));
+        }
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge(limit));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,9 @@
 //! Type inference for a parsed [`Module`].
 //!
-//! Fills [`Module::types`] with the type of every expression, or reports why it cannot. Operator
+//! Fills [`Module::types`] with the type of every expression, or reports why it cannot, and gives
+//! every definition written without a return type its inferred one, as TVM's type inference does
+//! (so printed definitions carry `-> T`, which TVM needs to type a call of a global function
+//! before it has checked that function). Operator
 //! calls are typed by the operator's type relation ([`crate::ops`]); function calls check their
 //! arguments against the callee's parameter types; annotations are checked against inferred types.
 //!
@@ -24,10 +27,17 @@ pub fn check(m: &mut Module) -> Result<(), Diagnostics> {
     let Checker { types, diags, .. } = cx;
     m.types = types;
     if diags.has_errors() {
-        Err(diags)
-    } else {
-        Ok(())
+        return Err(diags);
     }
+    for i in 0..m.defs.len() {
+        let f = m.defs[i].1;
+        if m.func(f).ret_type.is_some() {
+            continue;
+        }
+        let inferred = m.ty(m.func(f).body).filter(|t| !t.is_incomplete()).cloned();
+        m.funcs[f.index()].ret_type = inferred;
+    }
+    Ok(())
 }
 
 struct Checker<'m> {

@@ -13,7 +13,7 @@
 //! (tuples and projections only) is free. A target without `peak` or `bandwidth` gets
 //! `UNKNOWN`, so the next estimator in the chain decides.
 
-use super::{Cost, Estimator, Request};
+use super::{Cost, Estimate, Estimator, Request};
 use crate::dataflow::IndexSet;
 use crate::enumerate::{DataflowGraph, SubGraph};
 use crate::ir::Expr;
@@ -27,13 +27,25 @@ impl Estimator for Analytic {
         "analytic".into()
     }
 
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
         let p = &req.target().cost;
         let (Some(peak), Some(bandwidth)) = (p.peak_flops, p.bandwidth) else {
-            return Cost::UNKNOWN;
+            return Estimate::because(
+                Cost::UNKNOWN,
+                format!(
+                    "target `{}` has no `cost {{ peak = ...; bandwidth = ...; }}` block",
+                    req.target().name
+                ),
+            );
         };
         if peak <= 0.0 || bandwidth <= 0.0 {
-            return Cost::UNKNOWN;
+            return Estimate::because(
+                Cost::UNKNOWN,
+                format!(
+                    "target `{}` has a zero peak or bandwidth",
+                    req.target().name
+                ),
+            );
         }
         let g = req.graph;
         let sg = &req.candidate.sub_graph;
@@ -41,7 +53,7 @@ impl Estimator for Analytic {
         for kernel in kernels(g, sg) {
             total += kernel_seconds(g, &kernel, p, peak, bandwidth);
         }
-        Cost::value(total)
+        Cost::value(total).into()
     }
 }
 

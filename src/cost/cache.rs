@@ -3,7 +3,7 @@
 //! transformer's blocks) cost one estimator call between them.
 
 use super::key::{Key, Signatures};
-use super::{Cost, Estimator, Request};
+use super::{Cost, Estimate, Estimator, Request};
 use crate::enumerate::{Candidate, DataflowGraph};
 use crate::ruletree::Program;
 use std::collections::HashMap;
@@ -12,6 +12,8 @@ use std::collections::HashMap;
 pub struct Estimates {
     /// The cost of each candidate, in candidate order.
     pub costs: Vec<Cost>,
+    /// Why each candidate's cost is unusable, where its estimator said (candidate order).
+    pub why: Vec<Option<String>>,
     /// Estimator calls (distinct structures priced).
     pub calls: usize,
 }
@@ -50,7 +52,7 @@ pub fn estimate_all(
             candidate: &candidates[k],
         })
     };
-    let distinct: Vec<Cost> = if estimator.parallel() && first.len() > 1 {
+    let distinct: Vec<Estimate> = if estimator.parallel() && first.len() > 1 {
         parallel_map(&first, &price, progress)
     } else {
         first
@@ -66,7 +68,11 @@ pub fn estimate_all(
     Estimates {
         costs: slot
             .iter()
-            .map(|s| s.map_or(Cost::ZERO, |s| distinct[s]))
+            .map(|s| s.map_or(Cost::ZERO, |s| distinct[s].cost))
+            .collect(),
+        why: slot
+            .iter()
+            .map(|s| s.and_then(|s| distinct[s].why.clone()))
             .collect(),
         calls: first.len(),
     }
@@ -75,12 +81,15 @@ pub fn estimate_all(
 /// `f` over `items` on as many threads as there are cores (at least 4: measurers mostly wait).
 fn parallel_map(
     items: &[usize],
-    f: &(dyn Fn(usize) -> Cost + Sync),
+    f: &(dyn Fn(usize) -> Estimate + Sync),
     progress: &dyn Fn(usize, usize),
-) -> Vec<Cost> {
+) -> Vec<Estimate> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
-    let out: Vec<Mutex<Cost>> = items.iter().map(|_| Mutex::new(Cost::UNKNOWN)).collect();
+    let out: Vec<Mutex<Estimate>> = items
+        .iter()
+        .map(|_| Mutex::new(Estimate::of(Cost::UNKNOWN)))
+        .collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
@@ -111,6 +120,9 @@ fn parallel_map(
         }
     });
     out.into_iter()
-        .map(|m| m.into_inner().unwrap_or(Cost::INVALID))
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|_| Estimate::because(Cost::INVALID, "the estimator panicked"))
+        })
         .collect()
 }

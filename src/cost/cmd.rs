@@ -7,7 +7,7 @@
 //! run longer than the time limit is an `INVALID` cost. Runs happen in parallel and the cache
 //! asks once per structure and target.
 
-use super::{Cost, Estimator, Request};
+use super::{Cost, Estimate, Estimator, Request};
 use std::io::{Read, Write};
 use std::process::{Command as Process, Stdio};
 use std::time::{Duration, Instant};
@@ -27,8 +27,9 @@ impl Command {
         }
     }
 
-    /// Runs the command on `input`; `None` on failure or timeout.
-    fn run(&self, input: String, target: &str, compiler: &str) -> Option<String> {
+    /// Runs the command on `input`: its standard output, or why there is none (it could not
+    /// start, timed out, failed, or its output never arrived).
+    fn run(&self, input: String, target: &str, compiler: &str) -> Result<String, String> {
         use std::os::unix::process::CommandExt;
         // Its own process group, so that a timeout also stops whatever the command started.
         let mut child = Process::new("sh")
@@ -41,14 +42,15 @@ impl Command {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .ok()?;
+            .map_err(|e| format!("could not be started: {e}"))?;
         // Feed stdin and drain stdout on their own threads so a chatty command cannot block; the
         // threads are never waited for, so a process that keeps a pipe open cannot stall us.
-        let mut stdin = child.stdin.take()?;
+        let piped = || "could not be connected to pipes".to_string();
+        let mut stdin = child.stdin.take().ok_or_else(piped)?;
         std::thread::spawn(move || {
             let _ = stdin.write_all(input.as_bytes());
         });
-        let mut stdout = child.stdout.take()?;
+        let mut stdout = child.stdout.take().ok_or_else(piped)?;
         let (send, receive) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut out = String::new();
@@ -77,25 +79,58 @@ impl Command {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let status = status?;
+        let status = status.ok_or_else(|| {
+            format!(
+                "timed out after {} s (`--cost-timeout`)",
+                self.timeout.as_secs_f64()
+            )
+        })?;
+        if !status.success() {
+            return Err(match status.code() {
+                Some(code) => format!("exited with status {code}"),
+                None => "was killed by a signal".to_string(),
+            });
+        }
         // The output, if the pipe closes within what is left of the time limit.
         let left = self
             .timeout
             .saturating_sub(start.elapsed())
             .max(Duration::from_millis(100));
-        let out = receive.recv_timeout(left).ok()?;
-        status.success().then_some(out)
+        receive
+            .recv_timeout(left)
+            .map_err(|_| "did not close its output before the time limit".to_string())
     }
 }
 
 /// Reads the measurer's answer.
 pub fn parse_seconds(out: &str) -> Cost {
-    match out.trim().to_ascii_lowercase().as_str() {
-        "inf" | "+inf" | "infinity" | "invalid" => Cost::INVALID,
-        "nan" | "unknown" => Cost::UNKNOWN,
+    read_answer(out).cost
+}
+
+/// Reads the measurer's answer, saying why it is unusable where it is.
+fn read_answer(out: &str) -> Estimate {
+    let said = out.trim();
+    let shown: String = said.chars().take(40).collect();
+    match said.to_ascii_lowercase().as_str() {
+        "inf" | "+inf" | "infinity" | "invalid" => {
+            Estimate::because(Cost::INVALID, format!("the command answered `{shown}`"))
+        }
+        "nan" | "unknown" => {
+            Estimate::because(Cost::UNKNOWN, format!("the command answered `{shown}`"))
+        }
         s => match s.parse::<f64>() {
-            Ok(x) => Cost::value(x),
-            Err(_) => Cost::INVALID,
+            Ok(x) if Cost::value(x).is_known() => Cost::value(x).into(),
+            Ok(_) => Estimate::because(
+                Cost::INVALID,
+                format!("the command printed `{shown}`, not a non-negative number of seconds"),
+            ),
+            Err(_) if said.is_empty() => {
+                Estimate::because(Cost::INVALID, "the command printed nothing")
+            }
+            Err(_) => Estimate::because(
+                Cost::INVALID,
+                format!("the command printed `{shown}`, not a number of seconds"),
+            ),
         },
     }
 }
@@ -105,20 +140,25 @@ impl Estimator for Command {
         "cmd".into()
     }
 
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
         let module = match crate::enumerate::extract::extract(
             req.graph,
             &req.candidate.sub_graph,
             Vec::new(),
         ) {
             Ok(m) => m,
-            Err(_) => return Cost::INVALID,
+            Err(e) => {
+                return Estimate::because(
+                    Cost::INVALID,
+                    format!("the candidate could not be extracted: {e}"),
+                )
+            }
         };
         let text = crate::relay::print::print_module(&module);
         let t = req.target();
         match self.run(text, &t.name, t.compiler.as_deref().unwrap_or("")) {
-            Some(out) => parse_seconds(&out),
-            None => Cost::INVALID,
+            Ok(out) => read_answer(&out),
+            Err(why) => Estimate::because(Cost::INVALID, format!("the command {why}")),
         }
     }
 
@@ -138,23 +178,37 @@ mod tests {
         assert!(parse_seconds("garbage").is_invalid());
         assert!(parse_seconds("-1").is_invalid());
         assert!(parse_seconds("nan").is_unknown());
+        assert_eq!(
+            read_answer("").why.as_deref(),
+            Some("the command printed nothing")
+        );
+        assert_eq!(
+            read_answer("-2").why.as_deref(),
+            Some("the command printed `-2`, not a non-negative number of seconds")
+        );
     }
 
     #[test]
     fn runs_time_out_and_fail() {
         let c = Command::new("sleep 5", Duration::from_millis(100));
         let start = Instant::now();
-        assert_eq!(c.run(String::new(), "t", ""), None);
+        assert_eq!(
+            c.run(String::new(), "t", ""),
+            Err("timed out after 0.1 s (`--cost-timeout`)".to_string())
+        );
         assert!(start.elapsed() < Duration::from_secs(4));
         let c = Command::new("exit 3", Duration::from_secs(5));
-        assert_eq!(c.run(String::new(), "t", ""), None);
+        assert_eq!(
+            c.run(String::new(), "t", ""),
+            Err("exited with status 3".to_string())
+        );
         let c = Command::new(
             "cat >/dev/null; echo $COLLAGE_TARGET",
             Duration::from_secs(5),
         );
         assert_eq!(
             c.run("x".repeat(1 << 20), "cutlass", "").as_deref(),
-            Some("cutlass\n")
+            Ok("cutlass\n")
         );
     }
 }

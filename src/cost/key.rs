@@ -23,6 +23,8 @@ pub struct Signatures {
     param: Vec<u32>,
     /// Interned attribute lists of nested functions.
     attrs: rustc_hash::FxHashMap<FnAttrs, u32>,
+    /// Interned meta table keys (`relay.Constant`) of constants kept in extracted functions.
+    meta_keys: Vec<String>,
 }
 
 const INSIDE: u32 = 1 << 31;
@@ -43,41 +45,124 @@ impl Signatures {
             }
         }
         let attrs = Default::default();
-        Signatures { id, param, attrs }
+        Signatures {
+            id,
+            param,
+            attrs,
+            meta_keys: Vec::new(),
+        }
     }
 
     /// The key of a candidate.
     pub fn key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
-        self.sub_graph(g, &c.sub_graph, false, &mut out);
+        self.sub_graph(g, &c.sub_graph, &mut out);
         out
     }
 
-    /// The key of the function a candidate is extracted into: like [`Signatures::key`], but
-    /// parameters are numbered in extraction order (increasing node index) rather than by first
-    /// use, so equal keys mean the extracted functions are equal parameter for parameter and one
-    /// global can serve both call sites.
+    /// The key of the function a candidate is extracted into: equal keys mean equal extracted
+    /// functions (parameter for parameter, constants included), so one global can serve both
+    /// call sites. Unlike [`Signatures::key`], the inside nodes and the parameters are numbered
+    /// in the order of the extraction walk ([`crate::enumerate::extract::walk`]), which depends
+    /// only on the structure: sub-graphs whose nodes sit in another order in the graph but that
+    /// extract into the same function get the same key. The tensor constants inside the
+    /// candidate (which extraction keeps in the function's body, as patterns matching `const`
+    /// do) are named by their meta table entry, in walk order.
     pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
-        self.sub_graph(g, &c.sub_graph, true, &mut out);
+        self.function(g, &c.sub_graph, &mut out);
+        for i in crate::enumerate::extract::walk(g, &c.sub_graph).members {
+            if let Some(Expr::Const(Constant::Meta { key, index, .. })) =
+                g.expr(i).map(|e| g.module.expr(e))
+            {
+                let k = match self.meta_keys.iter().position(|x| x == key) {
+                    Some(k) => k,
+                    None => {
+                        self.meta_keys.push(key.clone());
+                        self.meta_keys.len() - 1
+                    }
+                };
+                out.extend([u32::MAX - 1, k as u32, *index]);
+            }
+        }
         out
     }
 
-    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, by_index: bool, out: &mut Key) {
+    fn function(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
+        let walk = crate::enumerate::extract::walk(g, sg);
+        let number = |order: &[usize]| -> HashMap<usize, u32> {
+            order
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| (i, k as u32))
+                .collect()
+        };
+        let (members, params) = (number(&walk.members), number(&walk.params));
+        out.push(walk.members.len() as u32);
+        for &i in &walk.members {
+            out.push(self.id[i]);
+            let operands = operand_nodes(g, i);
+            out.push(operands.len() as u32);
+            for j in operands {
+                match members.get(&j) {
+                    Some(&p) => out.push(INSIDE | p),
+                    None => {
+                        // An operand that is no parameter is copied in: its signature says what.
+                        out.push(params.get(&j).copied().unwrap_or(u32::MAX));
+                        out.push(self.param[j]);
+                    }
+                }
+            }
+        }
+        // The results, in the order of the result tuple.
+        for i in sg.exit.iter() {
+            if let Some(&p) = members.get(&i) {
+                out.push(p);
+            }
+        }
+        out.push(u32::MAX);
+        // Nested functions, in the order of their first node in the walk.
+        let mut nested: Vec<(Vec<u32>, usize)> = sg
+            .nested
+            .iter()
+            .enumerate()
+            .map(|(k, (sub, _))| {
+                let mut at: Vec<u32> = sub
+                    .inside
+                    .iter()
+                    .filter_map(|i| members.get(&i).copied())
+                    .collect();
+                at.sort_unstable();
+                (at, k)
+            })
+            .collect();
+        nested.sort();
+        out.push(nested.len() as u32);
+        for (at, k) in nested {
+            let (sub, attrs) = &sg.nested[k];
+            let a = self.attrs_id(attrs);
+            out.push(a);
+            out.extend(at);
+            out.push(u32::MAX);
+            self.function(g, sub, out);
+        }
+    }
+
+    fn attrs_id(&mut self, attrs: &FnAttrs) -> u32 {
+        match self.attrs.get(attrs) {
+            Some(&a) => a,
+            None => {
+                let next = self.attrs.len() as u32;
+                self.attrs.insert(attrs.clone(), next);
+                next
+            }
+        }
+    }
+
+    fn sub_graph(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
         let members: Vec<usize> = sg.inside.iter().collect();
         let local = |i: usize| members.binary_search(&i).ok();
         let mut params: Vec<usize> = Vec::new();
-        if by_index {
-            for &i in &members {
-                params.extend(
-                    operand_nodes(g, i)
-                        .into_iter()
-                        .filter(|&j| local(j).is_none()),
-                );
-            }
-            params.sort_unstable();
-            params.dedup();
-        }
         out.push(members.len() as u32);
         for &i in &members {
             out.push(self.id[i]);
@@ -108,14 +193,7 @@ impl Signatures {
         out.push(u32::MAX);
         out.push(sg.nested.len() as u32);
         for (sub, attrs) in &sg.nested {
-            let a = match self.attrs.get(attrs) {
-                Some(&a) => a,
-                None => {
-                    let next = self.attrs.len() as u32;
-                    self.attrs.insert(attrs.clone(), next);
-                    next
-                }
-            };
+            let a = self.attrs_id(attrs);
             out.push(a);
             for i in sub.inside.iter() {
                 if let Some(p) = local(i) {
@@ -123,7 +201,7 @@ impl Signatures {
                 }
             }
             out.push(u32::MAX);
-            self.sub_graph(g, sub, by_index, out);
+            self.sub_graph(g, sub, out);
         }
     }
 }
@@ -301,5 +379,38 @@ mod tests {
         assert_eq!(prints[0], prints[1]);
         assert_ne!(keys[0], keys[2]);
         assert_ne!(prints[0], prints[2]);
+    }
+
+    #[test]
+    fn constants_inside_a_function_name_it() {
+        let text = "#[version = \"0.0.5\"]\n\
+            def @main(%x: Tensor[(2, 2), float32]) {\n  \
+            %0 = multiply(%x, meta[relay.Constant][0] /* ty=Tensor[(2), float32] */);\n  \
+            %1 = multiply(%0, meta[relay.Constant][1] /* ty=Tensor[(2), float32] */);\n  \
+            (%0, %1)\n}\n";
+        let m = crate::relay::load_text(text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let muls: Vec<usize> = (0..g.len()).filter(|&i| g.label[i] == "multiply").collect();
+        assert_eq!(muls.len(), 2);
+        // Each multiply with its constant inside, as a pattern matching `const` makes it.
+        let with_constant = |i: usize| {
+            let c = g
+                .inputs(i)
+                .iter()
+                .map(|n| n.index())
+                .find(|&j| g.label[j] == "const")
+                .unwrap();
+            Candidate {
+                target: 0,
+                sub_graph: SubGraph::new(&g, IndexSet::from_indices(g.len(), [c, i])),
+                rule_name: String::new(),
+            }
+        };
+        let mut sigs = Signatures::new(&g);
+        let (a, b) = (with_constant(muls[0]), with_constant(muls[1]));
+        // One structure, so one cost; but not one function: the constants differ.
+        assert_eq!(sigs.key(&g, &a), sigs.key(&g, &b));
+        assert_ne!(sigs.function_key(&g, &a), sigs.function_key(&g, &b));
+        assert_eq!(sigs.function_key(&g, &a), sigs.function_key(&g, &a.clone()));
     }
 }

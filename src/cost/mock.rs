@@ -3,7 +3,7 @@
 //! the same order and with the same `pow` as TVM, so costs compare bit for bit with its tests
 //! (`3 + 3·0.9 == 5.7`).
 
-use super::{read_json, Cost, Estimator, Request, SpecError};
+use super::{read_json, Cost, Estimate, Estimator, Request, SpecError};
 
 /// The mock estimator: base cost per target name.
 pub struct Mock {
@@ -65,11 +65,14 @@ impl Estimator for Mock {
     }
 
     /// `UNKNOWN` for a target the file does not price.
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
         let name = &req.target().name;
         match self.costs.iter().find(|(t, _)| t == name) {
-            Some(&(_, c)) => Cost::value(Mock::formula(c, op_calls(req))),
-            None => Cost::UNKNOWN,
+            Some(&(_, c)) => Cost::value(Mock::formula(c, op_calls(req))).into(),
+            None => Estimate::because(
+                Cost::UNKNOWN,
+                format!("the file gives no cost for target `{name}`"),
+            ),
         }
     }
 }

@@ -74,14 +74,28 @@ impl Cost {
 
 impl std::ops::Add for Cost {
     type Output = Cost;
-    /// Plain floating-point addition: `INVALID + x` is `INVALID`, `UNKNOWN + x` is `UNKNOWN`.
+    /// Floating-point addition, except that two finite costs never sum to `INVALID`:
+    /// `INVALID + x` is `INVALID`, `UNKNOWN + x` is `UNKNOWN` (see [`add_seconds`]).
     fn add(self, o: Cost) -> Cost {
-        Cost(self.0 + o.0)
+        Cost(add_seconds(self.0, o.0))
+    }
+}
+
+/// Adds two costs in seconds. A sum of finite costs too large for `f64` is the largest finite
+/// value, not +∞: an astronomically expensive plan is still a plan, never an invalid one.
+/// +∞ and NaN propagate as in plain addition.
+pub fn add_seconds(a: f64, b: f64) -> f64 {
+    let sum = a + b;
+    if sum.is_infinite() && a.is_finite() && b.is_finite() {
+        f64::MAX.copysign(sum)
+    } else {
+        sum
     }
 }
 
 impl fmt::Display for Cost {
-    /// `invalid`, `unknown`, `0`, or microseconds with six decimals (`12.500000us`).
+    /// `invalid`, `unknown`, `0`, microseconds with six decimals (`12.500000us`), or, from a
+    /// million seconds up, seconds in scientific notation (`1.800000e302s`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_invalid() {
             write!(f, "invalid")
@@ -89,8 +103,10 @@ impl fmt::Display for Cost {
             write!(f, "unknown")
         } else if self.0 == 0.0 {
             write!(f, "0")
-        } else {
+        } else if self.0.abs() < 1e6 {
             write!(f, "{:.6}us", self.0 * 1e6)
+        } else {
+            write!(f, "{:.6e}s", self.0)
         }
     }
 }
@@ -112,12 +128,45 @@ impl Request<'_, '_> {
     }
 }
 
+/// An estimator's answer: the cost and, for an `INVALID` or `UNKNOWN` one, why (shown in E2101
+/// when no usable candidate covers a node).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// The cost.
+    pub cost: Cost,
+    /// Why the cost is not usable, prefixed with the estimator's name (`cmd: timed out after
+    /// 60 s`); `None` for a usable cost, or when nothing more can be said.
+    pub why: Option<String>,
+}
+
+impl Estimate {
+    /// A cost with no reason attached.
+    pub fn of(cost: Cost) -> Estimate {
+        Estimate { cost, why: None }
+    }
+
+    /// An unusable cost and its reason.
+    pub fn because(cost: Cost, why: impl Into<String>) -> Estimate {
+        Estimate {
+            cost,
+            why: Some(why.into()),
+        }
+    }
+}
+
+impl From<Cost> for Estimate {
+    fn from(cost: Cost) -> Estimate {
+        Estimate::of(cost)
+    }
+}
+
 /// Prices candidates. See the module documentation for the contract.
 pub trait Estimator: Send + Sync {
     /// A short name for reports (`mock`, `analytic`, ...).
     fn name(&self) -> String;
-    /// The cost of the request's candidate on its target.
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost;
+    /// The cost of the request's candidate on its target; an `INVALID` or `UNKNOWN` cost
+    /// should say why.
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate;
     /// Whether the cache should estimate many candidates at once on several threads (for slow
     /// estimators such as external measurers).
     fn parallel(&self) -> bool {
@@ -138,14 +187,22 @@ impl Estimator for Chain {
             .join(",")
     }
 
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    /// The first answer that is not `UNKNOWN`, its reason prefixed with the estimator's name;
+    /// when all are `UNKNOWN`, every estimator's reason.
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
+        let mut unknown: Vec<String> = Vec::new();
         for e in &self.0 {
-            let c = e.estimate(req);
-            if !c.is_unknown() {
-                return c;
+            let answer = e.estimate(req);
+            let why = answer.why.map(|w| format!("{}: {w}", e.name()));
+            if !answer.cost.is_unknown() {
+                return Estimate {
+                    cost: answer.cost,
+                    why,
+                };
             }
+            unknown.push(why.unwrap_or_else(|| format!("{}: no estimate", e.name())));
         }
-        Cost::UNKNOWN
+        Estimate::because(Cost::UNKNOWN, unknown.join("; "))
     }
 
     fn parallel(&self) -> bool {
@@ -237,7 +294,7 @@ pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
 
 /// Reads a JSON file for an estimator.
 fn read_json(path: &str) -> Result<serde_json::Value, SpecError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::source::read_text(std::path::Path::new(path))
         .map_err(|e| SpecError(format!("cannot read `{path}`: {e}")))?;
     serde_json::from_str(&text).map_err(|e| SpecError(format!("`{path}` is not valid JSON: {e}")))
 }
@@ -262,6 +319,21 @@ mod tests {
         assert_eq!(Cost::UNKNOWN.to_string(), "unknown");
         assert_eq!(Cost::ZERO.to_string(), "0");
         assert_eq!(Cost::value(12.5e-6).to_string(), "12.500000us");
+        assert_eq!(Cost::value(999_999.0).to_string(), "999999000000.000000us");
+        assert_eq!(Cost::value(1.8e302).to_string(), "1.800000e302s");
+        assert_eq!(Cost::value(f64::MAX).to_string(), "1.797693e308s");
+    }
+
+    #[test]
+    fn finite_costs_never_sum_to_invalid() {
+        let big = Cost::value(1.5e308);
+        assert_eq!(big + big, Cost(f64::MAX));
+        assert!((big + big).is_known());
+        assert!((big + Cost::INVALID).is_invalid());
+        assert!((big + Cost::UNKNOWN).is_unknown());
+        assert_eq!(add_seconds(1.0, 2.0), 3.0);
+        assert_eq!(add_seconds(f64::MAX, f64::MAX), f64::MAX);
+        assert_eq!(add_seconds(f64::INFINITY, 1.0), f64::INFINITY);
     }
 
     #[test]

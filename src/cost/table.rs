@@ -4,7 +4,7 @@
 //! the keys. Candidates the table lacks are `UNKNOWN`, so a
 //! chain such as `table:m.json+analytic` prices them with the next estimator.
 
-use super::{key, read_json, Cost, Estimator, Request, SpecError};
+use super::{key, read_json, Cost, Estimate, Estimator, Request, SpecError};
 use std::collections::BTreeMap;
 
 /// The table estimator.
@@ -49,8 +49,12 @@ impl Estimator for Table {
         "table".into()
     }
 
-    fn estimate(&self, req: &Request<'_, '_>) -> Cost {
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
         let fp = key::fingerprint(req.graph, req.candidate, &req.target().name);
-        self.costs.get(&fp).copied().unwrap_or(Cost::UNKNOWN)
+        match self.costs.get(&fp) {
+            Some(&c) if c.is_known() => c.into(),
+            Some(&c) => Estimate::because(c, format!("the table marks fingerprint {fp} {c}")),
+            None => Estimate::because(Cost::UNKNOWN, format!("no entry for fingerprint {fp}")),
+        }
     }
 }

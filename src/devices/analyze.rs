@@ -229,7 +229,22 @@ fn constrain(s: &mut Solution, e: ExprId) -> Result<(), (Clash, Span)> {
 
 /// A first-order requirement: `x` is on `device`, as the annotation at `origin` says.
 fn require(s: &mut Solution, x: ExprId, device: VirtualDevice, origin: Span) -> Result<(), Clash> {
-    let a = s.doms.first(device, Some(origin));
+    require_as(s, x, device, origin, false)
+}
+
+/// [`require`], by a fixed annotation when `fixed` is set.
+fn require_as(
+    s: &mut Solution,
+    x: ExprId,
+    device: VirtualDevice,
+    origin: Span,
+    fixed: bool,
+) -> Result<(), Clash> {
+    let a = if fixed {
+        s.doms.first_fixed(device, origin)
+    } else {
+        s.doms.first(device, Some(origin))
+    };
     let d = s.dom(x);
     s.doms.unify(a, d)
 }
@@ -253,11 +268,21 @@ fn constrain_call(
             _,
         ) => {
             let fixed = s.fixed[e.index()];
-            if !device.is_unconstrained() && (body || fixed) {
-                require(s, args[0], device.clone(), at).map_err(here)?;
+            let on_body = !device.is_unconstrained() && (body || fixed);
+            let on_result = !device.is_unconstrained() && (result || fixed);
+            // A fixed annotation's requirements are named in any conflict they meet.
+            let pinned = on_body && on_result;
+            if on_body {
+                require_as(s, args[0], device.clone(), at, pinned).map_err(here)?;
             }
-            if !device.is_unconstrained() && (result || fixed) {
-                require(s, e, device, at).map_err(here)?;
+            if on_result {
+                require_as(s, e, device, at, pinned).map_err(here)?;
+            }
+            // A fixed annotation's value does not move: its body and its result are on one
+            // device, also where the annotation leaves fields open (a scope alone).
+            if pinned {
+                let (da, de) = (s.dom(args[0]), s.dom(e));
+                s.doms.unify(da, de).map_err(here)?;
             }
         }
         (Some(Annotation::Copy { src, dst }), _) => {
@@ -272,21 +297,40 @@ fn constrain_call(
             s.doms.unify(have, want).map_err(here)?;
         }
         (None, _) => {
-            for (i, &a) in args.iter().enumerate() {
+            // An argument that is a fixed annotation (an `on_device` constraining its result) is
+            // used where it is computed: the call is on its device, and no copy moves it or any
+            // other argument (an operator's arguments share its device). Such arguments are
+            // unified first, so which requirement the call meets first does not matter.
+            let fixed: Vec<bool> = args.iter().map(|&a| fixed_result(m, a)).collect();
+            let pinned = fixed.contains(&true);
+            let order = (0..args.len())
+                .filter(|&i| fixed[i])
+                .chain((0..args.len()).filter(|&i| !fixed[i]));
+            for i in order {
+                let a = args[i];
                 let (da, de) = (s.dom(a), s.dom(e));
                 let both_first = s.doms.params(da).is_none() && s.doms.params(de).is_none();
                 match s.doms.unify(da, de) {
                     Ok(()) => {}
-                    // An argument already required on another device (by an earlier use) is
-                    // copied to this call: capture puts a `device_copy` on the edge. A clash of
-                    // two first-order roots leaves the store unchanged.
-                    Err(Clash::Devices(_)) if both_first => {}
+                    // Otherwise an argument already required on another device (by an earlier
+                    // use) is copied to this call: capture puts a `device_copy` on the edge. A
+                    // clash of two first-order roots leaves the store unchanged.
+                    Err(Clash::Devices(_)) if both_first && !pinned => {}
                     Err(c) => return Err((c, m.operand_span(e, i, a))),
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Whether `e` is an `on_device` that constrains its result to a device (`constrain_result=True`):
+/// its value stays where it is computed.
+fn fixed_result(m: &Module, e: ExprId) -> bool {
+    matches!(
+        annotation(m, e),
+        Some(Annotation::OnDevice { device, result: true, .. }) if !device.is_unconstrained()
+    )
 }
 
 /// Turns a clash into a diagnostic that points at both requirements and where they meet.

@@ -6,7 +6,8 @@
 //! result are unified with the first-order domain, at any depth.
 //!
 //! Every first-order root remembers the span of the annotation that first constrained it, so that
-//! a clash can point at both annotations.
+//! a clash can point at both annotations. An origin marked *fixed* (a fixed `on_device`) is kept
+//! over the others, so that a clash involving a fixed annotation points at it.
 
 use crate::ir::{Type, VirtualDevice};
 use crate::source::Span;
@@ -20,6 +21,7 @@ enum Node {
     First {
         device: VirtualDevice,
         origin: Option<Span>,
+        fixed: bool,
     },
     Func {
         params: Vec<DomId>,
@@ -55,7 +57,20 @@ impl Domains {
 
     /// A first-order domain on `device`, constrained by the annotation at `origin`.
     pub fn first(&mut self, device: VirtualDevice, origin: Option<Span>) -> DomId {
-        self.push(Node::First { device, origin })
+        self.push(Node::First {
+            device,
+            origin,
+            fixed: false,
+        })
+    }
+
+    /// A first-order domain on `device`, constrained by the fixed annotation at `origin`.
+    pub fn first_fixed(&mut self, device: VirtualDevice, origin: Span) -> DomId {
+        self.push(Node::First {
+            device,
+            origin: Some(origin),
+            fixed: true,
+        })
     }
 
     /// A function domain.
@@ -143,22 +158,31 @@ impl Domains {
                     Node::First {
                         device: da,
                         origin: oa,
+                        fixed: fa,
                     },
                     Node::First {
                         device: db,
                         origin: ob,
+                        fixed: fb,
                     },
                 ) => {
                     let Some(joined) = da.join(&db) else {
                         return Err(Clash::Devices(Box::new([(da, oa), (db, ob)])));
                     };
-                    let origin = match (&oa, da.is_unconstrained()) {
-                        (Some(_), false) => oa,
-                        _ => ob.or(oa),
+                    let (origin, fixed) = if fa && !da.is_unconstrained() {
+                        (oa, true)
+                    } else if fb && !db.is_unconstrained() {
+                        (ob, true)
+                    } else {
+                        match (&oa, da.is_unconstrained()) {
+                            (Some(_), false) => (oa, false),
+                            _ => (ob.or(oa), false),
+                        }
                     };
                     self.nodes[rb.0 as usize] = Node::First {
                         device: joined,
                         origin,
+                        fixed,
                     };
                     self.parent[ra.0 as usize] = rb.0;
                 }
@@ -203,13 +227,18 @@ impl Domains {
     fn set_default_within(&mut self, d: DomId, default: &VirtualDevice, depth: u32) {
         let r = self.find(d);
         match self.nodes[r.0 as usize].clone() {
-            Node::First { device, origin } => {
+            Node::First {
+                device,
+                origin,
+                fixed,
+            } => {
                 let filled = device.default_from(default);
                 if filled != device {
                     self.changes += 1;
                     self.nodes[r.0 as usize] = Node::First {
                         device: filled,
                         origin,
+                        fixed,
                     };
                 }
             }

@@ -122,6 +122,8 @@ codes! {
     E1001 = "E1001", "syntax error in rules";
     /// A malformed literal in a `.rules` file (bad escape, number out of range).
     E1002 = "E1002", "malformed literal in rules";
+    /// A rules file whose bytes are not UTF-8.
+    E1003 = "E1003", "rules file is not valid UTF-8";
 
     /// An import that cannot be read.
     E1101 = "E1101", "cannot import file";
@@ -196,6 +198,26 @@ codes! {
     E2105 = "E2105", "unknown binding to explain";
     /// Rules without a host target (or without any target) given to `collage partition`.
     E2106 = "E2106", "no host target";
+    /// A target that the analytic estimator is asked to price but has no cost block.
+    W2107 = "W2107", "target without analytic costs";
+
+    /// An operator, attribute value or dtype the reference interpreter cannot run.
+    E2301 = "E2301", "operator not supported by the interpreter";
+    /// A construct of the program that cannot be executed (dynamic shapes, recursion, function
+    /// values, closures).
+    E2302 = "E2302", "construct not supported for execution";
+    /// A failure while running (an integer division by zero, an index out of range).
+    E2303 = "E2303", "execution failed";
+    /// An input tensor of the wrong shape or dtype, an unreadable `.npy` file or non-finite data.
+    E2304 = "E2304", "invalid input tensor";
+    /// An `--input` that names no parameter of `@main`, or names one twice.
+    E2305 = "E2305", "unknown input";
+    /// Outputs of two models that differ beyond the tolerance.
+    E2306 = "E2306", "outputs differ";
+    /// Two models that cannot be compared (different parameters or results).
+    E2307 = "E2307", "models not comparable";
+    /// A backend could not run a unit; another backend runs it (a warning).
+    W2310 = "W2310", "backend fell back";
 
     /// The e-graph outgrew `--max-enodes` while equivalences were applied.
     E2201 = "E2201", "e-graph node limit reached";
@@ -210,4 +232,6 @@ codes! {
     E0902 = "E0902", "cannot write file";
     /// An output path that names an input or another output of the same command.
     E0903 = "E0903", "output path collides";
+    /// A module without `def @main`, given to a command that works on `@main`.
+    E0904 = "E0904", "no @main function";
 }

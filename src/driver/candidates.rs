@@ -11,6 +11,14 @@ use std::path::{Path, PathBuf};
 
 /// Loads rules: the given files and directories, or the embedded library when there are none.
 pub fn load_rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Program, Outcome> {
+    load_rules_from(sources, paths).map(|(p, _)| p)
+}
+
+/// [`load_rules`], also returning the files read from disk (canonical paths, imports included).
+pub fn load_rules_from(
+    sources: &mut SourceMap,
+    paths: &[PathBuf],
+) -> Result<(Program, Vec<PathBuf>), Outcome> {
     let checked = if paths.is_empty() {
         sema::check(
             sources,
@@ -22,7 +30,10 @@ pub fn load_rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Program,
         sema::check(sources, &Provider::Files, &roots)
     };
     report(&checked.diags, sources);
-    checked.program.ok_or(Outcome::InputErrors)
+    match checked.program {
+        Some(p) => Ok((p, checked.disk_files)),
+        None => Err(Outcome::InputErrors),
+    }
 }
 
 /// `collage candidates MODEL [--rules PATH...] [--target NAME...] [--json]`.
@@ -52,9 +63,9 @@ pub fn candidates_command(
         Ok(m) => m,
         Err(o) => return o,
     };
-    let Some(main) = m.main() else {
-        eprintln!("error: the module has no `@main` function");
-        return Outcome::InputErrors;
+    let main = match super::main_of(&m, model) {
+        Ok(f) => f,
+        Err(o) => return o,
     };
     let g = DataflowGraph::new(&m, main);
     let e = match crate::enumerate::enumerate(&g, &program, &limits) {
@@ -321,10 +332,7 @@ pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
             };
             let mut d = Diagnostic::error(diag::E2203, message);
             let label = "its rules grow past the candidate limit";
-            match t.span {
-                Some(s) => d = d.with_primary(s, label),
-                None => d = d.with_note(label),
-            }
+            d = d.with_primary(t.span, label);
             let depth = match (t.max_depth, &t.compiler) {
                 (Some(_), _) => "the target's `max_depth`",
                 (None, Some(_)) => "`--byoc-max-depth`",

@@ -1,4 +1,4 @@
-//! `collage plan-devices MODEL [--minimal|--complete] [--default-device DEV]`.
+//! `collage plan-devices MODEL [--minimal|--complete] [--default-device DEV] [--tvm-compat]`.
 
 use super::{load_model, report, Outcome};
 use crate::devices::plan_devices;
@@ -42,7 +42,7 @@ pub fn plan_devices_command(
     path: &Path,
     form: DeviceForm,
     default: &VirtualDevice,
-    type_comments: bool,
+    opts: PrintOptions,
 ) -> Outcome {
     let mut sources = SourceMap::new();
     let m = match load_model(&mut sources, path) {
@@ -56,7 +56,6 @@ pub fn plan_devices_command(
             return Outcome::InputErrors;
         }
     };
-    let opts = PrintOptions { type_comments };
     let text = match form {
         DeviceForm::Minimal => print_module_with(&plan.module, opts),
         DeviceForm::Complete => print_module_with_devices(&plan.module, opts, &plan.devices),

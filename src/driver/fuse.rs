@@ -12,9 +12,9 @@ pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
         Ok(m) => m,
         Err(o) => return o,
     };
-    let Some(main) = m.main() else {
-        eprintln!("error: the module has no `@main` function");
-        return Outcome::InputErrors;
+    let main = match super::main_of(&m, path) {
+        Ok(f) => f,
+        Err(o) => return o,
     };
     let result = crate::fuse::fuse(&m, main, max_depth);
     if json {

@@ -5,7 +5,7 @@ use crate::dataflow::{Graph, NodeIdx};
 use crate::diag::{self, Diagnostic, Diagnostics, E0901};
 use crate::ir::Module;
 use crate::relay;
-use crate::source::{SourceMap, Span};
+use crate::source::{ReadError, SourceMap, Span};
 use std::path::Path;
 
 /// How a command ended.
@@ -73,28 +73,36 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
     })
 }
 
-/// Reads a file into the source map, or prints an error.
+/// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
+/// larger than the input limit), a located E0101 at the first byte that is not UTF-8.
 pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source::FileId, Outcome> {
-    match std::fs::read(path) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => Ok(sources.add(path.display().to_string(), text)),
-            Err(e) => {
-                let valid = e.utf8_error().valid_up_to();
-                let mut text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-                text.truncate(text.floor_char_boundary(valid + 3));
-                let file = sources.add(path.display().to_string(), text);
-                let span = Span::new(file, valid, valid + 1);
-                let d = Diagnostic::error(crate::diag::E0101, "the file is not valid UTF-8")
-                    .with_primary(span, "invalid byte sequence here");
-                diag::emit_stderr(&d.into(), sources);
-                Err(Outcome::InputErrors)
-            }
-        },
+    match crate::source::read_text(path) {
+        Ok(text) => Ok(sources.add(path.display().to_string(), text)),
+        Err(ReadError::NotUtf8 { text, at }) => {
+            let d = not_utf8(sources, path, text, at, crate::diag::E0101);
+            diag::emit_stderr(&d.into(), sources);
+            Err(Outcome::InputErrors)
+        }
         Err(e) => {
             eprintln!("error[{}]: cannot read `{}`: {e}", E0901.id, path.display());
             Err(Outcome::Usage)
         }
     }
+}
+
+/// Registers the readable prefix of a file that is not UTF-8 and returns the diagnostic that
+/// points at its first invalid byte (shown as the replacement character).
+pub fn not_utf8(
+    sources: &mut SourceMap,
+    path: &Path,
+    text: String,
+    at: usize,
+    code: crate::diag::Code,
+) -> Diagnostic {
+    let end = (at + char::REPLACEMENT_CHARACTER.len_utf8()).min(text.len());
+    let file = sources.add(path.display().to_string(), text);
+    Diagnostic::error(code, "the file is not valid UTF-8")
+        .with_primary(Span::new(file, at, end), "invalid byte sequence here")
 }
 
 /// Loads (parses and type-checks) a model file.
@@ -106,6 +114,33 @@ pub fn load_model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcom
     })
 }
 
+/// The `@main` function of a loaded model, or E0904 naming the file and the functions it does
+/// define.
+pub fn main_of(m: &Module, path: &Path) -> Result<crate::ir::FuncId, Outcome> {
+    if let Some(f) = m.main() {
+        return Ok(f);
+    }
+    let defined: Vec<String> = m
+        .defs
+        .iter()
+        .map(|(g, _)| format!("`@{}`", m.globals[g.index()].name))
+        .collect();
+    eprintln!(
+        "error[{}]: `{}` has no `@main` function",
+        crate::diag::E0904.id,
+        path.display()
+    );
+    if defined.is_empty() {
+        eprintln!("  = note: the module defines no functions");
+    } else {
+        eprintln!(
+            "  = note: it defines {}; collage works on `@main`: name the entry function `@main`",
+            defined.join(", ")
+        );
+    }
+    Err(Outcome::InputErrors)
+}
+
 /// Prints diagnostics to standard error in source order.
 pub fn report(diags: &Diagnostics, sources: &SourceMap) {
     let mut sorted = diags.clone();
@@ -113,26 +148,23 @@ pub fn report(diags: &Diagnostics, sources: &SourceMap) {
     diag::emit_stderr(&sorted, sources);
 }
 
-/// `collage parse MODEL [--json]`.
-pub fn parse_command(path: &Path, json: bool, type_comments: bool) -> Outcome {
+/// `collage parse MODEL [--json] [--no-type-comments] [--tvm-compat]`.
+pub fn parse_command(path: &Path, json: bool, opts: relay::print::PrintOptions) -> Outcome {
     let mut sources = SourceMap::new();
     let m = match load_model(&mut sources, path) {
         Ok(m) => m,
         Err(o) => return o,
     };
     if json {
-        match dataflow_json(&m) {
-            Some(v) => written(out(&format!(
-                "{}\n",
-                serde_json::to_string_pretty(&v).unwrap_or_default()
-            ))),
-            None => {
-                eprintln!("error: the module has no `@main` function");
-                Outcome::InputErrors
-            }
+        if let Err(o) = main_of(&m, path) {
+            return o;
         }
+        let v = dataflow_json(&m).unwrap_or_default();
+        written(out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        )))
     } else {
-        let opts = relay::print::PrintOptions { type_comments };
         written(out(&relay::print::print_module_with(&m, opts)))
     }
 }
@@ -242,12 +274,14 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
     }
 }
 
+pub mod backends;
 mod candidates;
 mod devices;
 mod fuse;
 mod generate;
 pub mod output;
 pub mod partition;
+pub mod run;
 
 pub use candidates::candidates_command;
 pub use devices::{parse_device_arg, plan_devices_command, DeviceForm};

@@ -1,7 +1,7 @@
 //! `collage partition`: the whole pipeline, its report (table or JSON), the partitioned
 //! program, a DOT picture and explanations.
 
-use super::candidates::{load_rules, node_name};
+use super::candidates::{load_rules_from, node_name};
 use super::{load_model, Outcome};
 use crate::cost::{self, Cost};
 use crate::dataflow::NodeIdx;
@@ -55,6 +55,8 @@ pub struct Request {
     pub prune: bool,
     /// Print the wall time of each phase on stderr.
     pub timings: bool,
+    /// How the partitioned program is printed (`--tvm-compat`).
+    pub print: crate::relay::print::PrintOptions,
 }
 
 /// Runs `collage partition`.
@@ -63,15 +65,15 @@ pub fn partition_command(req: &Request) -> Outcome {
     let bar = Bar::new(req.timings);
     bar.phase("loading", 0);
     let mut sources = SourceMap::new();
-    if let Err(o) = check_outputs(req, &sources) {
+    if let Err(o) = check_outputs(req, &[]) {
         return o;
     }
-    let program = match load_rules(&mut sources, &req.rules) {
+    let (program, rules_read) = match load_rules_from(&mut sources, &req.rules) {
         Ok(p) => p,
         Err(o) => return o,
     };
     // Imported rules files are known only now; nothing has been written yet.
-    if let Err(o) = check_outputs(req, &sources) {
+    if let Err(o) = check_outputs(req, &rules_read) {
         return o;
     }
     let program = match select_targets(program, &req.targets) {
@@ -105,13 +107,13 @@ pub fn partition_command(req: &Request) -> Outcome {
             return Outcome::Usage;
         }
     };
+    warn_unpriced(&program, &estimator, &sources);
     let m = match load_model(&mut sources, &req.model) {
         Ok(m) => m,
         Err(o) => return o,
     };
-    if m.main().is_none() {
-        eprintln!("error: the module has no `@main` function");
-        return Outcome::InputErrors;
+    if let Err(o) = super::main_of(&m, &req.model) {
+        return o;
     }
     // Models with device annotations are planned first (with nothing defaulted), and the
     // planned module, with its copies, is what gets partitioned.
@@ -180,8 +182,14 @@ pub fn partition_command(req: &Request) -> Outcome {
             PartitionError::Rewrite(s) => s,
             _ => String::new(),
         })
-        .and_then(|out| partition::finalize::check_round_trip(&m, &out))
-    {
+        .and_then(|out| {
+            let text = partition::finalize::check_round_trip(&m, &out)?;
+            Ok(if req.print.tvm_compat {
+                crate::relay::print::print_module_with(&out, req.print)
+            } else {
+                text
+            })
+        }) {
         Ok(t) => t,
         Err(msg) => {
             bar.finish();
@@ -246,8 +254,9 @@ pub fn partition_command(req: &Request) -> Outcome {
 }
 
 /// Refuses `-o` and `--dot` naming each other, the model, a rules file given on the command line
-/// or (once loaded) a rules file imported from one (E0903, a usage error).
-fn check_outputs(req: &Request, sources: &SourceMap) -> Result<(), Outcome> {
+/// or one of `rules_read`, the rules files read once loaded, imports included (E0903, a usage
+/// error).
+fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
     let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
     if let Some(o) = &req.output {
         outputs.push(("-o", o));
@@ -269,18 +278,52 @@ fn check_outputs(req: &Request, sources: &SourceMap) -> Result<(), Outcome> {
         .collect();
     let mut inputs: Vec<(&str, &std::path::Path)> = vec![("the model", &req.model)];
     inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
-    if !req.rules.is_empty() {
-        // Rules read from files are named by their paths; the embedded library is not on disk.
-        inputs.extend(
-            sources
-                .files()
-                .map(|(_, f)| ("a rules file", std::path::Path::new(&f.name))),
-        );
-    }
+    inputs.extend(rules_read.iter().map(|r| ("a rules file", r.as_path())));
     super::output::check_collisions(&outputs, &inputs).map_err(|msg| {
         eprintln!("error[{}]: {msg}", diag::E0903.id);
         Outcome::Usage
     })
+}
+
+/// W2107 for each target that the analytic estimator will be asked to price but cannot: it has
+/// no `cost { peak = ...; bandwidth = ...; }` block. Only estimators before `analytic` in the
+/// chain could price its candidates.
+fn warn_unpriced(program: &Program, estimator: &cost::Chain, sources: &SourceMap) {
+    let names: Vec<String> = estimator.0.iter().map(|e| e.name()).collect();
+    let Some(at) = names.iter().position(|n| n == "analytic") else {
+        return;
+    };
+    let mut diags = diag::Diagnostics::new();
+    for t in program.targets.iter().filter(|t| !t.is_host) {
+        if t.cost.peak_flops.is_some_and(|p| p > 0.0) && t.cost.bandwidth.is_some_and(|b| b > 0.0) {
+            continue;
+        }
+        let mut d = Diagnostic::warning(
+            diag::W2107,
+            format!(
+                "target `{}` has no cost block: the analytic estimator cannot price its candidates",
+                t.name
+            ),
+        )
+        .with_primary(
+            t.span,
+            "declared here without `cost { peak = ...; bandwidth = ...; }`",
+        );
+        d = if at == 0 {
+            d.with_note(
+                "its candidates are unusable unless another estimator comes first in `--costs`",
+            )
+        } else {
+            d.with_note(format!(
+                "only {} can price its candidates",
+                names[..at].join(" or ")
+            ))
+        };
+        diags.push(d.with_note(
+            "add `cost { peak = ...; bandwidth = ...; }` to the target (docs/language.md)",
+        ));
+    }
+    super::report(&diags, sources);
 }
 
 /// Keeps the named targets (and every host target).
@@ -357,11 +400,26 @@ fn error_diagnostic(
             if !unusable.is_empty() {
                 let list: Vec<String> = unusable
                     .iter()
-                    .map(|(t, c)| format!("{} ({c})", program.targets[*t].name))
+                    .map(|(t, c, _)| format!("{} ({c})", program.targets[*t].name))
                     .collect();
                 d = d.with_note(format!(
                     "candidates covering it have unusable costs: {}",
                     list.join(", ")
+                ));
+            }
+            // Why, as the estimators said, for the first few.
+            const SHOWN: usize = 3;
+            let reasons: Vec<(&usize, &Cost, &String)> = unusable
+                .iter()
+                .filter_map(|(t, c, why)| why.as_ref().map(|w| (t, c, w)))
+                .collect();
+            for (t, c, why) in reasons.iter().take(SHOWN) {
+                d = d.with_note(format!("{} is {c}: {why}", program.targets[**t].name));
+            }
+            if reasons.len() > SHOWN {
+                d = d.with_note(format!(
+                    "... and {} more with reasons",
+                    reasons.len() - SHOWN
                 ));
             }
             d

@@ -1,19 +1,22 @@
 //! Extraction and rewriting of sub-graphs (collage-semantics §8).
 //!
-//! * [`extract`] turns a sub-graph into a standalone function: one parameter per input node (in
-//!   increasing post-DFS order, named `FunctionVar_<k>` and annotated with the input's type),
-//!   a body that recomputes the inside nodes, and as result the single exit or the tuple of the
-//!   exits in increasing post-DFS order. Inlinable outside operands (scalar constants, operators,
-//!   function literals) are copied in rather than passed. The nested sub-graphs become nested
-//!   `fn` literals carrying their attributes, called in place.
+//! * [`extract`] turns a sub-graph into a standalone function: one parameter per input node
+//!   (named `FunctionVar_<k>` and annotated with the input's type, numbered in TVM's first-use
+//!   order, see [`walk`]), a body that recomputes the inside nodes, and as result the single exit
+//!   or the tuple of the exits in increasing post-DFS order. Inlinable outside operands (scalar
+//!   constants, operators, function literals) are copied in rather than passed. The nested
+//!   sub-graphs become nested `fn` literals carrying their attributes (and parameters numbered
+//!   the same way), called in place.
 //! * [`rewrite`], [`rewrite_all`] and [`rewrite_nested`] replace nested sub-graphs in the
 //!   function by calls of their extracted functions (projections of the call where there are
 //!   several exits) and leave everything else untouched.
 //!
-//! Differences from TVM: parameters follow the post-DFS order of the inputs rather than a
-//! depth-first walk from the last output (TVM gives `(c, d, a, b)` for B2; we give
-//! `(a, b, c, d)`), and every failure (overlapping or cyclic sub-graphs, constructs we cannot
-//! move into a function) is an [`ExtractError`] instead of an abort.
+//! Parameters are numbered as TVM's extractor numbers them (collage-semantics §8.1), so that
+//! structurally identical sub-graphs give identical functions whatever the order of their
+//! operands in the graph (`add(%a, %b)` and `add(%b, %a)` both become
+//! `add(%FunctionVar_0, %FunctionVar_1)`); for `{add(a,b) at 6, add(c,d) at 7}` the parameters
+//! are `(c, d, a, b)`. Difference from TVM: every failure (overlapping or cyclic sub-graphs,
+//! constructs we cannot move into a function) is an [`ExtractError`] instead of an abort.
 //!
 //! The result is a new [`Module`]: a copy of the graph's module with the new expressions
 //! appended (the arena stays a post-order) and the function's body replaced; it is type-checked
@@ -24,7 +27,7 @@ use super::graph::DataflowGraph;
 use super::subgraph::{FnAttrs, SubGraph};
 use crate::dataflow::{IndexSet, NodeRef};
 use crate::ir::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// Why a sub-graph cannot be extracted or rewritten.
@@ -94,6 +97,61 @@ impl fmt::Display for ExtractError {
 impl std::error::Error for ExtractError {}
 
 type Result<T> = std::result::Result<T, ExtractError>;
+
+/// TVM's extraction walk over a sub-graph (collage-semantics §8.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Walk {
+    /// The inside nodes in the order the walk first reaches them.
+    pub members: Vec<usize>,
+    /// The inputs in the order the walk first meets them: the parameters of the extracted
+    /// function.
+    pub params: Vec<usize>,
+}
+
+/// The walk TVM's extractor makes over `sub`: depth first from the inside node with the highest
+/// post-DFS index, visiting each expression's operands in evaluation order (a call's callee, then
+/// its arguments left to right), then again from the next lower inside node that the walk has
+/// not reached yet. The first time the walk meets an input (an outside, non-inlinable operand),
+/// that input becomes the next parameter. Function literals inside are copied whole, so the walk
+/// does not enter them. The order depends only on the structure of the sub-graph, so two
+/// structurally identical sub-graphs are extracted into identical functions.
+pub fn walk(g: &DataflowGraph<'_>, sub: &SubGraph) -> Walk {
+    let inside: Vec<usize> = sub.inside.iter().collect();
+    let mut seen: HashSet<usize> = HashSet::with_capacity(inside.len() * 2);
+    let mut out = Walk {
+        members: Vec::with_capacity(inside.len()),
+        params: Vec::with_capacity(sub.input.iter().count()),
+    };
+    let mut stack = Vec::new();
+    for &start in inside.iter().rev() {
+        stack.push(start);
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if !sub.inside.contains(n) {
+                if sub.input.contains(n) {
+                    out.params.push(n);
+                }
+                continue;
+            }
+            out.members.push(n);
+            let Some(e) = g.expr(n) else { continue };
+            if matches!(g.module.expr(e), Expr::Func(_)) {
+                continue;
+            }
+            let operands = g.module.operands(e);
+            stack.extend(operands.into_iter().rev().filter_map(|x| g.node(x)));
+        }
+    }
+    // Every input feeds an inside node, so the walk meets it; keep any other in index order.
+    for j in sub.input.iter() {
+        if !seen.contains(&j) {
+            out.params.push(j);
+        }
+    }
+    out
+}
 
 /// The sub-graph as a standalone module whose only definition (named like the graph's function)
 /// is the extracted function with attributes `attrs` (TVM's `ExtractAsFunction` when `attrs` is
@@ -400,7 +458,7 @@ impl Builder<'_, '_> {
                 let groups = scope.groups;
                 let (sub, attrs) = &groups[k];
                 let mut args = Vec::new();
-                for j in sub.input.iter() {
+                for j in walk(self.g, sub).params {
                     let a = scope.resolve(self.g, j)?;
                     args.push(self.fresh_atom(scope, a));
                 }
@@ -454,7 +512,7 @@ impl Builder<'_, '_> {
         let first_expr = ExprId(self.out.exprs.len() as u32);
         let mut params = Vec::new();
         let mut param_vars = Vec::new();
-        for (k, j) in sub.input.iter().enumerate() {
+        for (k, j) in walk(g, sub).params.into_iter().enumerate() {
             let e = g.expr(j).ok_or(ExtractError::Unsupported {
                 node: j,
                 what: "an input that is no expression".into(),
@@ -478,6 +536,7 @@ impl Builder<'_, '_> {
             params.push((j, x));
             param_vars.push(var);
         }
+        params.sort_unstable_by_key(|&(j, _)| j);
         let mut scope = Scope::new(Some(&sub.inside), params, &sub.nested);
         let targets: Vec<Item> = exits.iter().filter_map(|&x| scope.item(g, x)).collect();
         self.run(&mut scope, &targets)?;
@@ -675,6 +734,57 @@ mod tests {
         assert!(f.attrs.is_empty());
         let text = print_module(&out);
         assert!(text.contains("multiply(%FunctionVar_0, 2f"), "{text}");
+    }
+
+    #[test]
+    fn parameters_are_numbered_by_first_use() {
+        // The two adds take their operands in opposite orders: both extract into
+        // `add(%FunctionVar_0, %FunctionVar_1)`, called with the operands as written.
+        let m = load(
+            "#[version = \"0.0.5\"]\n\
+             def @main(%a: Tensor[(2), float32], %b: Tensor[(2), float32]) {\n  \
+             %0 = add(%a, %b);\n  %1 = add(%b, %a);\n  multiply(%0, %1)\n}\n",
+        );
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let adds: Vec<usize> = (0..g.len()).filter(|&i| g.label[i] == "add").collect();
+        assert_eq!(adds.len(), 2);
+        let subs: Vec<SubGraph> = adds
+            .iter()
+            .map(|&i| SubGraph::new(&g, IndexSet::from_indices(g.len(), [i])))
+            .collect();
+        let (a, b) = (g.node(m.var(VarId(0)).expr), g.node(m.var(VarId(1)).expr));
+        assert_eq!(walk(&g, &subs[0]).params, vec![a.unwrap(), b.unwrap()]);
+        assert_eq!(walk(&g, &subs[1]).params, vec![b.unwrap(), a.unwrap()]);
+        let f0 = extract(&g, &subs[0], compiler()).unwrap();
+        let f1 = extract(&g, &subs[1], compiler()).unwrap();
+        let (m0, m1) = (f0.main().unwrap(), f1.main().unwrap());
+        crate::ir::equal::functions_equal(&f0, m0, &f1, m1).unwrap();
+        // The structural key used to share outlined functions agrees.
+        let mut sigs = crate::cost::key::Signatures::new(&g);
+        let key = |sigs: &mut crate::cost::key::Signatures, sg: &SubGraph| {
+            let c = crate::enumerate::Candidate {
+                target: 0,
+                sub_graph: sg.clone(),
+                rule_name: String::new(),
+            };
+            sigs.function_key(&g, &c)
+        };
+        assert_eq!(key(&mut sigs, &subs[0]), key(&mut sigs, &subs[1]));
+        // The rewrite calls each with its own operand order.
+        let text = print_module(
+            &rewrite_all(
+                &g,
+                &[
+                    subs[0].clone().with_attrs(&g, compiler()),
+                    subs[1].clone().with_attrs(&g, compiler()),
+                ],
+            )
+            .unwrap(),
+        );
+        assert!(
+            text.contains("(%a, %b)") && text.contains("(%b, %a)"),
+            "{text}"
+        );
     }
 
     #[test]

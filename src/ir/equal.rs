@@ -44,6 +44,19 @@ pub fn modules_correspondence(a: &Module, b: &Module) -> Result<Vec<(ExprId, Exp
     Ok(pairs)
 }
 
+/// Checks two functions (of the same or different modules) for structural equality, with the
+/// same rules as [`modules_equal`]; the error describes the first difference.
+pub fn functions_equal(a: &Module, fa: FuncId, b: &Module, fb: FuncId) -> Result<(), String> {
+    let mut cx = Eq {
+        a,
+        b,
+        exprs: HashMap::new(),
+        exprs_rev: HashMap::new(),
+        vars: HashMap::new(),
+    };
+    cx.func(fa, fb)
+}
+
 struct Eq<'a> {
     a: &'a Module,
     b: &'a Module,

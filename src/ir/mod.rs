@@ -226,11 +226,23 @@ pub enum MetaObject {
     Other(String),
 }
 
+/// The data bytes of a metadata constant (row-major, little-endian).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConstData(pub std::sync::Arc<[u8]>);
+
+impl fmt::Debug for ConstData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConstData({} bytes)", self.0.len())
+    }
+}
+
 /// The `#[metadata]` section: objects by type key.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetaTable {
     /// Objects by type key, in the order they appear.
     pub objects: BTreeMap<String, Vec<MetaObject>>,
+    /// The data of constants that carry it, by type key and index.
+    pub data: BTreeMap<(String, u32), ConstData>,
 }
 
 impl MetaTable {
@@ -345,12 +357,9 @@ impl Module {
             .map(|&(_, f)| f)
     }
 
-    /// The `@main` function, or the only function if there is exactly one.
+    /// The `@main` function.
     pub fn main(&self) -> Option<FuncId> {
-        self.def("main").or(match self.defs.as_slice() {
-            [(_, f)] => Some(*f),
-            _ => None,
-        })
+        self.def("main")
     }
 
     /// Whether an expression is a call of a registered operator.

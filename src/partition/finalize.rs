@@ -39,7 +39,7 @@ pub fn coalesce(
         let c = &plan.candidates[k];
         if program.targets[c.target].is_host {
             host_inside.union_with(&c.sub_graph.inside);
-            host_cost += plan.cost_of(k);
+            host_cost = crate::cost::add_seconds(host_cost, plan.cost_of(k));
             host_parts.push(k);
         } else {
             let payload = (c.target, plan.cost_of(k), vec![k]);
@@ -69,7 +69,7 @@ pub fn coalesce(
         parts,
         |a, b| a.0 == b.0 && byoc(a.0),
         |mut a, b| {
-            a.1 += b.1;
+            a.1 = crate::cost::add_seconds(a.1, b.1);
             a.2.extend(b.2);
             a
         },

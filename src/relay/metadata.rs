@@ -10,8 +10,8 @@
 //! Only what the compiler needs is kept (see [`MetaObject`]):
 //!
 //! * `relay.Constant` → its [`TensorType`], read from the header of its base64 NDArray blob (the
-//!   payload is checked for presence and valid base64 but not kept), or, when the constant has no
-//!   data, from its `_checked_type_` (a `relay.TensorType` node);
+//!   payload is kept in [`MetaTable::data`], for execution), or, when the constant has no data,
+//!   from its `_checked_type_` (a `relay.TensorType` node);
 //! * `VirtualDevice` → a [`VirtualDevice`]. Its target is reduced to a string: the target kind's
 //!   name (`"cuda"`, `"llvm"`), followed by `" -host=<host kind name>"` when the target has a host.
 //!   Other target attributes (`-arch`, `-keys`, ...) are not kept;
@@ -24,11 +24,16 @@
 //! payload size of either elements × ceil(bits / 8) (what TVM's `SaveDLTensor` writes, lanes not
 //! multiplied in) or elements × ceil(bits × lanes / 8).
 //!
+//! [`write_devices`] is the other direction, for printing in TVM-compatible mode: the JSON TVM
+//! 0.19 writes for a meta table of virtual devices.
+//!
 //! The reader never recurses on the input: node references are followed a fixed number of levels
 //! with explicit lookups, and every index is bounds-checked. Malformed input of any kind gives a
 //! [`MetadataError`], never a panic.
 
-use crate::ir::{DType, DTypeCode, Dim, MetaObject, MetaTable, TensorType, VirtualDevice};
+use crate::ir::{
+    ConstData, DType, DTypeCode, Dim, MetaObject, MetaTable, TensorType, VirtualDevice,
+};
 use base64::Engine as _;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -366,7 +371,7 @@ impl Graph<'_> {
         }
 
         let mut table = MetaTable::default();
-        let mut ndarray_cache: HashMap<usize, TensorType> = HashMap::new();
+        let mut ndarray_cache: HashMap<usize, (TensorType, ConstData)> = HashMap::new();
         for (key, elements) in lists {
             if table.objects.contains_key(key) {
                 return Err(self.err(root, format!("meta table key `{key}` appears twice")));
@@ -377,7 +382,13 @@ impl Graph<'_> {
                 let el = el as usize;
                 let obj = match self.nodes[el].type_key.as_str() {
                     "relay.Constant" => {
-                        MetaObject::Constant(self.constant(el, &positions, &mut ndarray_cache)?)
+                        let (ty, data) = self.constant(el, &positions, &mut ndarray_cache)?;
+                        if let Some(d) = data {
+                            table
+                                .data
+                                .insert((key.to_string(), objects.len() as u32), d);
+                        }
+                        MetaObject::Constant(ty)
                     }
                     "VirtualDevice" | "target.VirtualDevice" => {
                         MetaObject::Device(self.virtual_device(el)?)
@@ -396,8 +407,8 @@ impl Graph<'_> {
         &self,
         idx: usize,
         positions: &HashMap<usize, (&str, usize)>,
-        cache: &mut HashMap<usize, TensorType>,
-    ) -> Res<TensorType> {
+        cache: &mut HashMap<usize, (TensorType, ConstData)>,
+    ) -> Res<(TensorType, Option<ConstData>)> {
         match self.attr(idx, "data") {
             Some(text) if text != "null" => {
                 let i = parse_u64(text)
@@ -412,16 +423,17 @@ impl Graph<'_> {
                             ),
                         )
                     })?;
-                if let Some(t) = cache.get(&i) {
-                    return Ok(t.clone());
+                if let Some((t, d)) = cache.get(&i) {
+                    return Ok((t.clone(), Some(d.clone())));
                 }
                 let label = format!("b64ndarrays[{i}]");
-                let t =
-                    decode_ndarray_type(&self.b64[i], &label).map_err(|m| self.err_b64(i, m))?;
-                cache.insert(i, t.clone());
-                Ok(t)
+                let (t, data) =
+                    decode_ndarray(&self.b64[i], &label).map_err(|m| self.err_b64(i, m))?;
+                let data = ConstData(data.into());
+                cache.insert(i, (t.clone(), data.clone()));
+                Ok((t, Some(data)))
             }
-            _ => self.checked_type(idx, positions),
+            _ => Ok((self.checked_type(idx, positions)?, None)),
         }
     }
 
@@ -589,6 +601,164 @@ impl Graph<'_> {
     }
 }
 
+/// The TVM release whose `SaveJSON` output [`write_devices`] reproduces.
+pub const TVM_VERSION: &str = "0.19.0";
+
+/// The metadata section of a module whose virtual devices are `meta[VirtualDevice][i]`: the JSON
+/// TVM 0.19's `SaveJSON` writes for the meta table `{"VirtualDevice": [devices...]}`, which its
+/// parser loads back into the same devices.
+///
+/// Nodes are numbered as TVM numbers them, depth first from the root map in the order of each
+/// object's fields; node 0 is the null object, and object fields refer to nodes by decimal index
+/// (`"0"` for null). A `VirtualDevice` node has its four fields (`device_type_int` and
+/// `virtual_device_id` are -1 when unset, `target` a `Target` node or null, `memory_scope` a
+/// `runtime.String`). A target string is written as a `Target` of the kind named by its first
+/// word (a `TargetKind` node, which TVM looks up by name), with no tag, keys, attributes or
+/// features, and, for a `-host=K` option, a host target of kind `K`. Other options are not
+/// written: TVM gives each option of a kind its own type, which a target string does not say.
+/// [`parse_metadata`] reads the kind and the host back, as it does for TVM's own output.
+pub fn write_devices(devices: &[VirtualDevice]) -> String {
+    let mut w = JsonWriter {
+        nodes: vec![r#"{"type_key": ""}"#.to_string()],
+    };
+    let map = w.reserve();
+    let array = w.reserve();
+    let elements: Vec<usize> = devices.iter().map(|d| w.device(d)).collect();
+    w.nodes[map] =
+        format!(r#"{{"type_key": "Map", "keys": ["VirtualDevice"], "data": [{array}]}}"#);
+    w.nodes[array] = w.container("Array", &elements);
+    let mut out = String::from("{\n  \"root\": 1,\n  \"nodes\": [\n");
+    for (i, n) in w.nodes.iter().enumerate() {
+        out.push_str("    ");
+        out.push_str(n);
+        out.push_str(if i + 1 < w.nodes.len() { ",\n" } else { "\n" });
+    }
+    out.push_str("  ],\n  \"b64ndarrays\": [],\n");
+    out.push_str(&format!(
+        "  \"attrs\": {{\"tvm_version\": \"{TVM_VERSION}\"}}\n}}"
+    ));
+    out
+}
+
+/// Builds the node list of [`write_devices`]; each node is its JSON text.
+struct JsonWriter {
+    nodes: Vec<String>,
+}
+
+impl JsonWriter {
+    /// A slot for a node whose fields are written once its children are numbered.
+    fn reserve(&mut self) -> usize {
+        self.nodes.push(String::new());
+        self.nodes.len() - 1
+    }
+
+    fn push(&mut self, node: String) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// An `Array` or `Map` node with the given elements (TVM leaves out an empty `data`).
+    fn container(&self, key: &str, elements: &[usize]) -> String {
+        if elements.is_empty() {
+            return format!(r#"{{"type_key": "{key}"}}"#);
+        }
+        let data: Vec<String> = elements.iter().map(usize::to_string).collect();
+        format!(r#"{{"type_key": "{key}", "data": [{}]}}"#, data.join(", "))
+    }
+
+    /// A node with a byte representation (a string, a target kind): `repr_str` when every byte
+    /// is printable ASCII, otherwise `repr_b64`; nothing for an empty one.
+    fn repr(&mut self, key: &str, bytes: &str) -> usize {
+        let node = if bytes.is_empty() {
+            format!(r#"{{"type_key": "{key}"}}"#)
+        } else if bytes.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            format!(
+                r#"{{"type_key": "{key}", "repr_str": {}}}"#,
+                json_string(bytes)
+            )
+        } else {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+            format!(r#"{{"type_key": "{key}", "repr_b64": "{b64}"}}"#)
+        };
+        self.push(node)
+    }
+
+    /// A node with object attributes, written as TVM writes them (keys sorted, values strings).
+    fn object(key: &str, attrs: &[(&str, String)]) -> String {
+        let mut attrs = attrs.to_vec();
+        attrs.sort();
+        let fields: Vec<String> = attrs
+            .iter()
+            .map(|(k, v)| format!("{}: {}", json_string(k), json_string(v)))
+            .collect();
+        format!(
+            r#"{{"type_key": "{key}", "attrs": {{{}}}}}"#,
+            fields.join(", ")
+        )
+    }
+
+    /// A `VirtualDevice` and its fields, in TVM's field order.
+    fn device(&mut self, d: &VirtualDevice) -> usize {
+        let at = self.reserve();
+        let target = match &d.target {
+            Some(t) => self.target(t),
+            None => 0,
+        };
+        let scope = self.repr("runtime.String", d.memory_scope.as_deref().unwrap_or(""));
+        let int = |v: Option<i32>| v.unwrap_or(-1).to_string();
+        self.nodes[at] = Self::object(
+            "VirtualDevice",
+            &[
+                ("device_type_int", int(d.device_type)),
+                ("virtual_device_id", int(d.virtual_device_id)),
+                ("target", target.to_string()),
+                ("memory_scope", scope.to_string()),
+            ],
+        );
+        at
+    }
+
+    /// A `Target` for a target string: its kind, and a host for `-host=K`.
+    fn target(&mut self, text: &str) -> usize {
+        let mut words = text.split_whitespace();
+        let kind = words.next().unwrap_or("");
+        let host = words
+            .find_map(|w| w.strip_prefix("-host="))
+            .filter(|h| !h.is_empty());
+        self.target_of_kind(kind, host)
+    }
+
+    fn target_of_kind(&mut self, kind: &str, host: Option<&str>) -> usize {
+        let at = self.reserve();
+        let kind_node = self.repr("TargetKind", kind);
+        let tag = self.repr("runtime.String", "");
+        let keys = self.push(self.container("Array", &[]));
+        let attrs = self.push(self.container("Map", &[]));
+        let features = self.push(self.container("Map", &[]));
+        let host = match host {
+            Some(h) => self.target_of_kind(h, None),
+            None => 0,
+        };
+        self.nodes[at] = Self::object(
+            "Target",
+            &[
+                ("kind", kind_node.to_string()),
+                ("tag", tag.to_string()),
+                ("keys", keys.to_string()),
+                ("attrs", attrs.to_string()),
+                ("features", features.to_string()),
+                ("host", host.to_string()),
+            ],
+        );
+        at
+    }
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
 /// Parses a plain decimal index (digits only).
 fn parse_u64(text: &str) -> Option<u64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -597,12 +767,13 @@ fn parse_u64(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
-/// Decodes the NDArray header of a base64 blob and returns its tensor type. The whole string is
-/// checked to be valid base64 and long enough for the payload the header announces, but only the
-/// header is kept in memory.
-fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
+/// Decodes a base64 NDArray blob and returns its tensor type and its data bytes (row-major,
+/// little-endian, as TVM writes them). The whole string is checked to be valid base64 and long
+/// enough for the payload the header announces.
+fn decode_ndarray(text: &str, label: &str) -> Result<(TensorType, Vec<u8>), String> {
     let engine = &base64::engine::general_purpose::STANDARD;
     let bytes = text.as_bytes();
+    let mut all: Vec<u8> = Vec::with_capacity(bytes.len() / 4 * 3);
     let mut header: Vec<u8> = Vec::with_capacity(MAX_HEADER);
     let mut total: u64 = 0;
     let mut buf = [0u8; B64_CHUNK / 4 * 3];
@@ -618,6 +789,7 @@ fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
             .map_err(|_| invalid())?;
         let take = (MAX_HEADER - header.len()).min(n);
         header.extend_from_slice(&buf[..take]);
+        all.extend_from_slice(&buf[..n]);
         total += n as u64;
     }
 
@@ -705,7 +877,9 @@ fn decode_ndarray_type(text: &str, label: &str) -> Result<TensorType, String> {
             "{label} is truncated: its header promises {count} data bytes but only {available} follow"
         ));
     }
-    Ok(ty)
+    all.truncate(header_len + count as usize);
+    all.drain(..header_len);
+    Ok((ty, all))
 }
 
 /// Byte offsets of the elements of the array that is the value of the top-level member `member`
@@ -1019,6 +1193,68 @@ mod tests {
                 "memory_scope": "4", "target": "0", "virtual_device_id": "-1"}},
         ], "b64ndarrays": [], "attrs": {"tvm_version": "0.9.dev0"}})
         .to_string()
+    }
+
+    #[test]
+    fn written_devices_read_back() {
+        let dev = |t: Option<i32>, id: Option<i32>, target: Option<&str>, scope: Option<&str>| {
+            VirtualDevice {
+                device_type: t,
+                virtual_device_id: id,
+                target: target.map(str::to_string),
+                memory_scope: scope.map(str::to_string),
+            }
+        };
+        let devices = vec![
+            dev(Some(2), Some(0), None, None),
+            dev(Some(1), Some(0), Some("llvm"), None),
+            dev(Some(2), Some(1), Some("cuda -host=llvm"), Some("global")),
+            dev(None, None, None, Some("scope with \"quotes\" and \u{e9}")),
+            dev(Some(16), None, Some("hexagon"), None),
+        ];
+        let json = write_devices(&devices);
+        let table = parse_metadata(&json).unwrap();
+        let read: Vec<MetaObject> = devices.iter().cloned().map(MetaObject::Device).collect();
+        assert_eq!(table.objects["VirtualDevice"], read);
+        assert_eq!(table.objects.len(), 1);
+        // TVM's encoding: node 0 is null, the root map holds one array, unset fields are -1,
+        // object fields are node indices, a non-printable scope is base64, targets name their kind.
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["root"], 1);
+        assert_eq!(v["nodes"][0], json!({"type_key": ""}));
+        assert_eq!(
+            v["nodes"][1],
+            json!({"type_key": "Map", "keys": ["VirtualDevice"], "data": [2]})
+        );
+        assert_eq!(v["attrs"]["tvm_version"], "0.19.0");
+        assert_eq!(v["b64ndarrays"], json!([]));
+        assert_eq!(
+            v["nodes"][3],
+            json!({"type_key": "VirtualDevice", "attrs": {"device_type_int": "2",
+                "memory_scope": "4", "target": "0", "virtual_device_id": "0"}})
+        );
+        assert_eq!(v["nodes"][4], json!({"type_key": "runtime.String"}));
+        assert!(json.contains(r#"{"type_key": "TargetKind", "repr_str": "cuda"}"#));
+        assert!(json.contains(r#""type_key": "runtime.String", "repr_b64": ""#));
+        let targets = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["type_key"] == "Target")
+            .count();
+        assert_eq!(targets, 4, "llvm, cuda with its llvm host, hexagon");
+        // Options other than the host are not written, so they do not read back.
+        let with_options = dev(Some(2), Some(0), Some("cuda -arch=sm_80 -host=llvm"), None);
+        let table = parse_metadata(&write_devices(&[with_options])).unwrap();
+        assert_eq!(
+            table.get("VirtualDevice", 0),
+            Some(&MetaObject::Device(dev(
+                Some(2),
+                Some(0),
+                Some("cuda -host=llvm"),
+                None
+            )))
+        );
     }
 
     #[test]

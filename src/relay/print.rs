@@ -7,6 +7,12 @@
 //! projections and functions once types are known. Virtual devices are printed as inline
 //! `VirtualDevice(...)` literals, so the output never needs a metadata section.
 //!
+//! With [`PrintOptions::tvm_compat`] the output is what TVM 0.19's parser reads: virtual devices
+//! are `meta[VirtualDevice][i]` references into a `#[metadata]` section written in TVM's JSON
+//! encoding ([`crate::relay::metadata::write_devices`]), and the device of a let-bound variable
+//! (for which TVM has no syntax) becomes a fixed `on_device` around the bound value, as TVM's
+//! device planner writes it (or, for a bound function literal, the literal's result device).
+//!
 //! Printing is a fixed point: printing the re-parsed output gives the same text.
 
 use super::print_scopes::{ScopeId, Scopes};
@@ -21,12 +27,16 @@ use std::fmt::Write;
 pub struct PrintOptions {
     /// Write ` /* ty=T */` comments where types are known (constants always get theirs).
     pub type_comments: bool,
+    /// Write what TVM 0.19 reads: virtual devices in a `#[metadata]` section, let-bound
+    /// variables' devices as fixed `on_device` calls around the bound values.
+    pub tvm_compat: bool,
 }
 
 impl Default for PrintOptions {
     fn default() -> Self {
         PrintOptions {
             type_comments: true,
+            tvm_compat: false,
         }
     }
 }
@@ -75,6 +85,12 @@ fn print_module_full(m: &Module, opts: PrintOptions, devices: Option<&[VirtualDe
         p.out.push_str(&text);
         p.out.push('\n');
     }
+    if !p.meta_devices.is_empty() {
+        p.out.push_str("\n#[metadata]\n");
+        p.out
+            .push_str(&super::metadata::write_devices(&p.meta_devices));
+        p.out.push('\n');
+    }
     p.out
 }
 
@@ -90,6 +106,11 @@ struct Printer<'m> {
     used_names: HashSet<String>,
     scopes: Scopes,
     devices: Option<&'m [VirtualDevice]>,
+    /// In TVM-compatible mode, the devices referred to as `meta[VirtualDevice][i]`, in order.
+    meta_devices: Vec<VirtualDevice>,
+    /// In TVM-compatible mode, function literals bound by a let whose variable has a device
+    /// the literal does not state: they are printed with it as their result device.
+    result_devices: std::collections::HashMap<FuncId, VirtualDevice>,
 }
 
 impl<'m> Printer<'m> {
@@ -121,6 +142,36 @@ impl<'m> Printer<'m> {
             used_names: HashSet::new(),
             scopes,
             devices: None,
+            meta_devices: Vec::new(),
+            result_devices: std::collections::HashMap::new(),
+        }
+    }
+
+    /// A virtual device as printed: the inline literal, or in TVM-compatible mode a reference
+    /// into the metadata section (equal devices share one entry).
+    fn device(&mut self, d: &VirtualDevice) -> String {
+        if !self.opts.tvm_compat {
+            return d.to_string();
+        }
+        let i = match self.meta_devices.iter().position(|x| x == d) {
+            Some(i) => i,
+            None => {
+                self.meta_devices.push(d.clone());
+                self.meta_devices.len() - 1
+            }
+        };
+        format!("meta[VirtualDevice][{i}]")
+    }
+
+    /// An attribute value as printed (devices through [`Printer::device`]).
+    fn attr(&mut self, v: &AttrValue) -> String {
+        match v {
+            AttrValue::Device(d) => self.device(d),
+            AttrValue::Array(items) if self.opts.tvm_compat => {
+                let parts: Vec<String> = items.iter().map(|x| self.attr(x)).collect();
+                format!("[{}]", parts.join(", "))
+            }
+            other => other.to_string(),
         }
     }
 
@@ -177,15 +228,58 @@ impl<'m> Printer<'m> {
     }
 
     fn binder(&mut self, v: VarId) -> String {
+        self.binder_with(v, true)
+    }
+
+    /// A binder, with its device unless `device` is false.
+    fn binder_with(&mut self, v: VarId, device: bool) -> String {
         let mut s = self.var_name(v);
         let var = self.m.var(v);
-        if !var.device.is_unconstrained() {
-            let _ = write!(s, " {{virtual_device={}}}", var.device);
+        if device && !var.device.is_unconstrained() {
+            let d = self.device(&var.device);
+            let _ = write!(s, " {{virtual_device={d}}}");
         }
-        if let Some(t) = &var.annotation {
+        if let Some(t) = &self.m.var(v).annotation {
             let _ = write!(s, ": {t}");
         }
         s
+    }
+
+    /// In TVM-compatible mode, a let-bound variable's device, which TVM cannot write on the
+    /// binder, goes on the bound value: a function literal states it as its result device (when
+    /// it states none), anything else is wrapped in a fixed `on_device`. Returns whether the
+    /// binder must still carry it (never in TVM-compatible mode).
+    fn let_device(&mut self, var: VarId, value: ExprId) -> bool {
+        let device = &self.m.var(var).device;
+        if !self.opts.tvm_compat || device.is_unconstrained() {
+            return true;
+        }
+        if let Expr::Func(f) = self.m.expr(value) {
+            let func = self.m.func(*f);
+            if func.result_device.is_unconstrained() && !crate::devices::is_unplanned(func) {
+                self.result_devices.insert(*f, device.clone());
+            }
+        }
+        false
+    }
+
+    /// The text of a let-bound value whose variable's device is `device` (TVM-compatible mode):
+    /// wrapped in a fixed `on_device` unless it is a function literal. A planned literal states
+    /// the device as its result device; a `Primitive=1`, `Compiler=` or `Extern=` literal is
+    /// device-polymorphic, so, as in TVM, nothing is written for it.
+    fn wrap_let_value(&mut self, value: ExprId, text: String, device: &VirtualDevice) -> String {
+        if let Expr::Func(f) = self.m.expr(value) {
+            let func = self.m.func(*f);
+            let stated = self.result_devices.get(f).unwrap_or(&func.result_device);
+            if stated == device || crate::devices::is_unplanned(func) {
+                return text;
+            }
+        }
+        let d = self.device(device);
+        format!(
+            "on_device({text}, virtual_device={d}, constrain_result=True){}",
+            self.ty_comment(value)
+        )
     }
 
     /// `<head>(params, attrs) -> ret {` body `}` at the given indentation; the body is scope `sc`.
@@ -193,10 +287,16 @@ impl<'m> Printer<'m> {
         let func = self.m.func(f);
         let mut parts: Vec<String> = func.params.iter().map(|&p| self.binder(p)).collect();
         for (k, v) in &func.attrs {
+            let v = self.attr(v);
             parts.push(format!("{k}={v}"));
         }
-        if !func.result_device.is_unconstrained() {
-            parts.push(format!("virtual_device={}", func.result_device));
+        let result = match self.result_devices.get(&f) {
+            Some(d) => d.clone(),
+            None => func.result_device.clone(),
+        };
+        if !result.is_unconstrained() {
+            let d = self.device(&result);
+            parts.push(format!("virtual_device={d}"));
         }
         let mut s = format!("{head}({})", parts.join(", "));
         if let Some(t) = &func.ret_type {
@@ -220,8 +320,13 @@ impl<'m> Printer<'m> {
             if !(self.scopes.chain[root.index()] || self.scopes.root[sc as usize] == root) {
                 break;
             }
-            let value_text = self.emit_inline(value, sc, indent);
-            let binder = self.binder(var);
+            let on_binder = self.let_device(var, value);
+            let mut value_text = self.emit_inline(value, sc, indent);
+            if !on_binder {
+                let device = self.m.var(var).device.clone();
+                value_text = self.wrap_let_value(value, value_text, &device);
+            }
+            let binder = self.binder_with(var, on_binder);
             let _ = writeln!(
                 self.out,
                 "{}let {binder} = {value_text};",
@@ -392,6 +497,7 @@ impl<'m> Printer<'m> {
                     Callee::Op(op) => {
                         let def = registry().get(*op);
                         for (k, v) in attrs.non_default(def.attrs) {
+                            let v = self.attr(v);
                             parts.push(format!("{k}={v}"));
                         }
                         def.name.to_string()

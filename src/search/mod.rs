@@ -23,6 +23,7 @@
 //!   exact among the covers it allows only when no state's best path rules out an extension
 //!   that another, equally covering path would allow; without constrained items it is exact.
 
+use crate::cost::add_seconds;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -216,7 +217,7 @@ pub fn search_among(
     let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
     let mut heap = BinaryHeap::new();
     let start: Box<[u64]> = vec![0u64].into_boxed_slice();
-    let bound0: f64 = share.iter().sum();
+    let bound0: f64 = share.iter().fold(0.0, |a, &b| add_seconds(a, b));
     index.insert(start.clone(), 0);
     states.push(State {
         covered: start,
@@ -235,7 +236,7 @@ pub fn search_among(
     let mut keybuf: Vec<u64> = Vec::new();
     while let Some(Entry(key, s)) = heap.pop() {
         let st = &states[s as usize];
-        if st.done || key != st.cost + st.bound {
+        if st.done || key != add_seconds(st.cost, st.bound) {
             continue;
         }
         states[s as usize].done = true;
@@ -292,7 +293,7 @@ pub fn search_among(
                 keybuf.pop();
             }
             let item = &items[k as usize];
-            let cost = base_cost + item.cost;
+            let cost = add_seconds(base_cost, item.cost);
             let existing = index.get(keybuf.as_slice()).copied();
             if let Some(t) = existing {
                 let ts = &states[t as usize];
@@ -325,7 +326,7 @@ pub fn search_among(
                     ts.pred = s;
                     ts.via = k;
                     ts.constrained = path_constrained;
-                    heap.push(Entry(cost + ts.bound, t));
+                    heap.push(Entry(add_seconds(cost, ts.bound), t));
                 }
                 None => {
                     let mut bound = base_bound;
@@ -350,7 +351,7 @@ pub fn search_among(
                         constrained: path_constrained,
                         done: false,
                     });
-                    heap.push(Entry(cost + bound, t));
+                    heap.push(Entry(add_seconds(cost, bound), t));
                 }
             }
         }

@@ -26,11 +26,14 @@ pub struct Checked {
     pub program: Option<Program>,
     /// Errors and warnings, in file and position order.
     pub diags: Diagnostics,
+    /// The files read from disk (canonical paths), imports included, in load order.
+    pub disk_files: Vec<PathBuf>,
 }
 
 /// Loads and checks the given root files.
 pub fn check(sources: &mut SourceMap, provider: &Provider<'_>, roots: &[PathBuf]) -> Checked {
     let (files, mut diags) = load::load(sources, provider, roots);
+    let disk_files = files.iter().filter_map(|f| f.disk_path.clone()).collect();
     let mut cx = names::Checker::new(&files);
     cx.declare_all();
     let program = cx.compile_all();
@@ -41,7 +44,11 @@ pub fn check(sources: &mut SourceMap, provider: &Provider<'_>, roots: &[PathBuf]
     } else {
         Some(program)
     };
-    Checked { program, diags }
+    Checked {
+        program,
+        diags,
+        disk_files,
+    }
 }
 
 /// Checks a single text (used by tests and fuzzing); imports are resolved in the file system

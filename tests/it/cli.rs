@@ -108,7 +108,7 @@ fn plan_devices_prints_minimal_and_complete_forms() {
     let cpu = "VirtualDevice(device=\"cpu\", id=0)";
     assert!(
         minimal.contains(&format!(
-            "def @main(%a {{virtual_device={cuda}}}: Tensor[(4), float32], virtual_device={cpu}) {{"
+            "def @main(%a {{virtual_device={cuda}}}: Tensor[(4), float32], virtual_device={cpu}) -> Tensor[(4), float32] {{"
         )),
         "{minimal}"
     );
@@ -130,4 +130,60 @@ fn plan_devices_prints_minimal_and_complete_forms() {
     );
     let out = collage(["plan-devices", "--default-device", "tpu", path]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `--tvm-compat` on every command that prints a module: `parse`, `plan-devices` and
+/// `partition` write devices as TVM does, and what they write reads back and plans the same.
+#[test]
+fn tvm_compat_on_every_command_that_prints_a_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.relay");
+    std::fs::write(
+        &model,
+        "#[version = \"0.0.5\"]\n\
+         def @main(%a {virtual_device=VirtualDevice(device=\"cuda\", id=0)}: Tensor[(4), float32]) {\n  \
+         let %x {virtual_device=VirtualDevice(device=\"cuda\", id=0)} = nn.relu(%a);\n  \
+         %0 = on_device(negative(%x), virtual_device=VirtualDevice(device=\"cpu\", id=0));\n  \
+         add(%0, %0)\n}\n",
+    )
+    .unwrap();
+    let model = model.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = collage(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let planned = run(&["plan-devices", model]);
+    for (what, args) in [
+        ("parse", vec!["parse", "--tvm-compat", model]),
+        ("plan-devices", vec!["plan-devices", "--tvm-compat", model]),
+    ] {
+        let text = run(&args);
+        crate::support::assert_tvm_device_syntax(what, &text);
+        assert!(text.contains("on_device(nn.relu(%a)"), "{what}: {text}");
+        assert!(text.contains("constrain_result=True"), "{what}: {text}");
+        let file = dir.path().join(format!("{what}.relay"));
+        std::fs::write(&file, &text).unwrap();
+        let file = file.to_str().unwrap();
+        run(&["parse", file]);
+        assert_eq!(run(&["plan-devices", file]), planned, "{what}");
+    }
+    let out = dir.path().join("partitioned.relay");
+    let out = out.to_str().unwrap();
+    run(&[
+        "partition",
+        "tests/fixtures/partition-devices/two-devices.relay",
+        "--tvm-compat",
+        "-o",
+        out,
+    ]);
+    let text = std::fs::read_to_string(out).unwrap();
+    crate::support::assert_tvm_device_syntax("partition", &text);
+    assert!(text.contains("#[metadata]"), "{text}");
+    run(&["parse", out]);
 }

@@ -7,18 +7,23 @@
 //!   corresponding expression agrees (the complete representations are equal);
 //! * `parse(print(DP(input))) == parse(expected)`;
 //! * function result devices are compared explicitly;
-//! * DPL of the planned module is DP's own complete representation, and planning is idempotent.
+//! * DPL of the planned module is DP's own complete representation, and planning is idempotent;
+//! * printed with `--tvm-compat` (devices in a metadata section, let-bound variables' devices on
+//!   `on_device` calls), the input and the planned module use only TVM's syntax, read back, and
+//!   plan to the same module as before; an error scenario's input keeps its error.
 //!
 //! A header line `// default-device: cuda` changes the default device (cpu otherwise); a header
 //! line `// expect-error: E0701` makes the scenario one that must fail with that code, pointing
 //! at two places.
 
-use crate::support::{load_text, load_text_ok, rel, root, round_trip};
+use crate::support::{assert_tvm_device_syntax, load_text, load_text_ok, rel, root, round_trip};
 use collage::devices::{expand, plan_devices, DevicePlan};
 use collage::driver::parse_device_arg;
 use collage::ir::equal::{modules_correspondence, modules_equal};
 use collage::ir::{Expr, ExprId, Module, VirtualDevice};
-use collage::relay::print::{print_module, print_module_with_devices, PrintOptions};
+use collage::relay::print::{
+    print_module, print_module_with, print_module_with_devices, PrintOptions,
+};
 use std::path::{Path, PathBuf};
 
 const SEPARATOR: &str = "// ==== expected ====";
@@ -127,7 +132,25 @@ fn check_scenario(path: &Path) {
     }
     round_trip(&name, &expected);
     round_trip(&name, &input);
+
+    // The TVM-compatible form of the input and of the plan reads back and plans the same.
+    for (what, module) in [("input", &input), ("planned", &plan.module)] {
+        let text = print_module_with(module, TVM_COMPAT);
+        let label = format!("{name} ({what}, --tvm-compat)");
+        assert_tvm_device_syntax(&label, &text);
+        let back = load_text_ok(&label, &text);
+        let again = plan_devices(&back, &default)
+            .unwrap_or_else(|_| panic!("{label}: planning fails\n{text}"));
+        if let Err(e) = modules_equal(&again.module, &plan.module) {
+            panic!("{label}: plans differently: {e}\n{text}");
+        }
+    }
 }
+
+const TVM_COMPAT: PrintOptions = PrintOptions {
+    type_comments: true,
+    tvm_compat: true,
+};
 
 /// The result device of every planned function (definitions and literals) agrees with the
 /// planned device of its body, and with the expected result device where that is written. (The
@@ -189,6 +212,17 @@ fn check_error_scenario(name: &str, text: &str, code: &str, default: &VirtualDev
             diags.render_plain(&sources)
         )
     });
+    // The TVM-compatible form means the same: planning it fails with the same code.
+    let text = print_module_with(&m, TVM_COMPAT);
+    assert_tvm_device_syntax(name, &text);
+    let back = load_text_ok(&format!("{name} (--tvm-compat)"), &text);
+    match plan_devices(&back, default) {
+        Ok(_) => panic!("{name}: the TVM-compatible form plans\n{text}"),
+        Err(again) => assert!(
+            again.iter().any(|d| d.code.id == code),
+            "{name}: the TVM-compatible form fails differently\n{text}"
+        ),
+    }
     assert!(
         d.labels.len() >= 2,
         "{name}: the conflict must point at both places:\n{}",

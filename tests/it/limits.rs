@@ -137,7 +137,7 @@ fn associativity_stops_at_the_enode_limit() {
     for s in [
         "error[E2201]",
         "more than 100 e-nodes",
-        "associative.rules:14:1",
+        "associative.rules:15:1",
         "this equivalence keeps adding e-nodes",
         "`--max-enodes N`",
     ] {
@@ -157,7 +157,7 @@ fn associativity_stops_at_the_iteration_limit() {
     for s in [
         "error[E2202]",
         "after 1 round (`--max-egraph-iters`)",
-        "associative.rules:14:1",
+        "associative.rules:15:1",
         "`--max-egraph-iters N`",
     ] {
         assert!(err.contains(s), "lacks `{s}`:\n{err}");

@@ -1,15 +1,20 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
 mod cli;
+mod cpu_backends;
+mod cpu_costs;
 mod devices;
 mod devices_props;
 mod docs;
 mod dsl;
 mod enumerate;
 mod enumerate_props;
+mod exec;
+mod exec_ops;
 mod extract;
 mod fuse;
 mod generate;
+mod hardening;
 mod limits;
 mod models;
 mod mutate;

@@ -95,3 +95,68 @@ pub fn corpus() -> Vec<(String, Module)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
+
+/// The rules of the reference configuration (`benches/reference.rules` with the shipped
+/// prelude): the native target, the host and the BYOC target `example` (relu, add and
+/// concatenate patterns).
+pub fn reference_rules() -> collage::ruletree::Program {
+    let prelude = std::fs::read_to_string(root().join("rules/prelude.rules")).unwrap();
+    let reference = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
+    let table = [
+        ("rules/prelude.rules", prelude.as_str()),
+        ("rules/reference.rules", reference.as_str()),
+    ];
+    let mut sources = SourceMap::new();
+    let checked = collage::sema::check(
+        &mut sources,
+        &collage::sema::Provider::Embedded(&table),
+        &[std::path::PathBuf::from("rules/reference.rules")],
+    );
+    match checked.program {
+        Some(p) if !checked.diags.has_errors() => p,
+        _ => panic!("{}", checked.diags.render_plain(&sources)),
+    }
+}
+
+/// Checks that a module printed with `--tvm-compat` uses only syntax TVM 0.19's parser reads for
+/// devices: outside comments and the metadata section, no inline `VirtualDevice(...)` literal and
+/// no device on a `let` binder; a `meta[VirtualDevice][i]` only with a metadata section.
+pub fn assert_tvm_device_syntax(name: &str, text: &str) {
+    let (code, metadata) = match text.split_once("\n#[metadata]\n") {
+        Some((c, m)) => (c, Some(m)),
+        None => (text, None),
+    };
+    let mut plain = String::with_capacity(code.len());
+    let mut rest = code;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r);
+        } else if let Some(after) = rest.strip_prefix("//") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r);
+            plain.push('\n');
+        } else {
+            let c = rest.chars().next().unwrap();
+            plain.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    assert!(
+        !plain.contains("VirtualDevice("),
+        "{name}: an inline device in TVM-compatible output:\n{text}"
+    );
+    for line in plain.lines() {
+        let t = line.trim_start();
+        if let Some(binder) = t.strip_prefix("let ") {
+            let head = binder.split('=').next().unwrap_or("");
+            assert!(
+                !head.contains('{'),
+                "{name}: a device on a let binder in TVM-compatible output: {line}"
+            );
+        }
+    }
+    assert_eq!(
+        plain.contains("meta[VirtualDevice]"),
+        metadata.is_some(),
+        "{name}: device references and metadata section disagree:\n{text}"
+    );
+}

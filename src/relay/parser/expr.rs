@@ -527,7 +527,9 @@ impl<'s> Parser<'s> {
                 );
                 return Err(self.fatal(d));
             }
-            None if !self.m.meta.is_empty() || self.metadata_failed => {
+            // A section without constants leaves them to the caller's table, as TVM's parser
+            // does (it appends the caller's entries per key): they are typed by their comments.
+            None if self.m.meta.objects.contains_key(key) || self.metadata_failed => {
                 if self.metadata_failed {
                     // The metadata section itself was reported; do not pile on.
                     return Ok(self.m.push(
@@ -564,10 +566,10 @@ impl<'s> Parser<'s> {
             (Some(t), None) => t,
             (None, Some((c, _))) => c.clone(),
             (None, None) => {
-                if self.m.meta.is_empty() && !had_comment {
+                if !self.m.meta.objects.contains_key(key) && !had_comment {
                     let d = Diagnostic::error(E0603, format!("the type of `meta[{key}][{index}]` is unknown"))
                         .with_primary(span, "constant without a type")
-                        .with_note("add a comment such as `/* ty=Tensor[(8, 16), float32] */` right after the reference, or a `#[metadata]` section");
+                        .with_note("add a comment such as `/* ty=Tensor[(8, 16), float32] */` right after the reference, or the constant to the `#[metadata]` section");
                     self.report(d);
                 }
                 TensorType::scalar(DType::F32)

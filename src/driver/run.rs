@@ -1,0 +1,656 @@
+//! `collage run`: executes a model (partitioned or not) and reports its outputs, latency and
+//! peak memory; with `--compare-with`, runs other models on the same inputs and weights and
+//! compares their outputs.
+
+use super::{load_model, out, report, Outcome};
+use crate::diag::{self, Diagnostic, Diagnostics};
+use crate::exec::compare::{self, Diff, Summary};
+use crate::exec::data::Weights;
+use crate::exec::executor::{self, Executable, Options};
+use crate::exec::tensor::Tensor;
+use crate::exec::value::Value;
+use crate::ir::Module;
+use crate::source::SourceMap;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Report formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A table for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+/// Everything `collage run` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model.
+    pub model: PathBuf,
+    /// The seed of weights and random inputs.
+    pub seed: u64,
+    /// `NAME=FILE.npy` input specifications.
+    pub inputs: Vec<String>,
+    /// Where to write `output<i>.npy`.
+    pub output_dir: Option<PathBuf>,
+    /// Timed runs (at least 1).
+    pub repeat: usize,
+    /// Untimed runs before them.
+    pub warmup: usize,
+    /// Worker threads (`None`: all cores).
+    pub threads: Option<usize>,
+    /// Report format.
+    pub format: Format,
+    /// Models to compare with.
+    pub compare_with: Vec<PathBuf>,
+    /// Relative tolerance (`None`: per dtype).
+    pub rtol: Option<f64>,
+    /// Absolute tolerance (`None`: per dtype).
+    pub atol: Option<f64>,
+}
+
+fn usage(code: diag::Code, msg: String) -> Outcome {
+    eprintln!("error[{}]: {msg}", code.id);
+    Outcome::Usage
+}
+
+fn input_error(msg: String) -> Outcome {
+    eprintln!("error[{}]: {msg}", diag::E2304.id);
+    Outcome::InputErrors
+}
+
+/// Parses `NAME=FILE` specifications.
+fn parse_inputs(specs: &[String]) -> Result<Vec<(String, PathBuf)>, Outcome> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for s in specs {
+        let Some((name, file)) = s.split_once('=') else {
+            eprintln!("error: `--input {s}` is not of the form NAME=FILE.npy");
+            return Err(Outcome::Usage);
+        };
+        let name = name.strip_prefix('%').unwrap_or(name);
+        if name.is_empty() || file.is_empty() {
+            eprintln!("error: `--input {s}` is not of the form NAME=FILE.npy");
+            return Err(Outcome::Usage);
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(usage(diag::E2305, format!("input `{name}` is given twice")));
+        }
+        out.push((name.to_string(), PathBuf::from(file)));
+    }
+    Ok(out)
+}
+
+/// Peak resident memory of this process (Linux), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn compile_model(
+    m: &Module,
+    weights: &Weights,
+    threads: usize,
+    sources: &SourceMap,
+) -> Result<Executable, Outcome> {
+    let mw = weights.for_module(m);
+    let opts = Options {
+        threads,
+        ..Options::default()
+    };
+    match executor::compile(m, &mw, &opts) {
+        Ok(x) => {
+            let mut w = Diagnostics::new();
+            for d in &x.warnings {
+                w.push(d.clone());
+            }
+            if !w.is_empty() {
+                report(&w, sources);
+            }
+            Ok(x)
+        }
+        Err(d) => {
+            report(&d, sources);
+            Err(Outcome::InputErrors)
+        }
+    }
+}
+
+fn run_once(
+    x: &Executable,
+    inputs: &[Arc<Tensor>],
+    sources: &SourceMap,
+) -> Result<(Value, u64), Outcome> {
+    match x.run(inputs) {
+        Ok(o) => Ok((o.value, o.peak_bytes)),
+        Err(d) => {
+            let mut ds = Diagnostics::new();
+            ds.push(d);
+            report(&ds, sources);
+            Err(Outcome::InputErrors)
+        }
+    }
+}
+
+/// One comparison with another model.
+struct Comparison {
+    model: PathBuf,
+    /// Per output: the diff and the tolerances used.
+    diffs: Vec<(Diff, f64, f64)>,
+}
+
+/// Runs `collage run`.
+pub fn run_command(req: &Request) -> Outcome {
+    match run_inner(req) {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
+    if req.repeat == 0 {
+        eprintln!("error: `--repeat` must be at least 1");
+        return Err(Outcome::Usage);
+    }
+    if req.threads == Some(0) {
+        eprintln!("error: `--threads` must be at least 1");
+        return Err(Outcome::Usage);
+    }
+    for (flag, v) in [("--rtol", req.rtol), ("--atol", req.atol)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v >= 0.0) {
+                eprintln!("error: `{flag}` must be a non-negative number");
+                return Err(Outcome::Usage);
+            }
+        }
+    }
+    let given = parse_inputs(&req.inputs)?;
+    let threads = req.threads.unwrap_or_else(executor::default_threads);
+
+    let mut sources = SourceMap::new();
+    let m = load_model(&mut sources, &req.model)?;
+    let mut others = Vec::new();
+    for p in &req.compare_with {
+        others.push((p.clone(), load_model(&mut sources, p)?));
+    }
+
+    let weights = Weights::new(req.seed);
+    let x = compile_model(&m, &weights, threads, &sources)?;
+
+    // Inputs: files by name, the rest drawn from the seed.
+    for (name, _) in &given {
+        if !x.inputs.iter().any(|i| &i.name == name) {
+            let names: Vec<String> = x.inputs.iter().map(|i| format!("`{}`", i.name)).collect();
+            let list = if names.is_empty() {
+                "it has none".to_string()
+            } else {
+                format!("its parameters are {}", names.join(", "))
+            };
+            return Err(usage(
+                diag::E2305,
+                format!("`@main` has no parameter `%{name}`; {list}"),
+            ));
+        }
+    }
+    let mw = weights.for_module(&m);
+    let mut inputs = Vec::with_capacity(x.inputs.len());
+    let mut input_sources = Vec::new();
+    for (i, p) in x.inputs.iter().enumerate() {
+        let t = match given.iter().find(|(n, _)| *n == p.name) {
+            Some((_, file)) => {
+                let bytes = crate::source::read_bytes(file).map_err(|e| {
+                    usage(
+                        diag::E0901,
+                        format!("cannot read `{}`: {e}", file.display()),
+                    )
+                })?;
+                let t = crate::exec::npy::read(&bytes).map_err(|e| {
+                    input_error(format!("input `{}` (`{}`): {e}", p.name, file.display()))
+                })?;
+                x.check_input(i, &t)
+                    .map_err(|e| input_error(format!("{e} (`{}`)", file.display())))?;
+                let bad = t.count_non_finite();
+                if bad > 0 {
+                    return Err(input_error(format!(
+                        "input `{}` (`{}`) has {bad} NaN or infinite value(s)",
+                        p.name,
+                        file.display()
+                    )));
+                }
+                input_sources.push(file.display().to_string());
+                t
+            }
+            None => {
+                input_sources.push("random".to_string());
+                mw.random_input(&p.name, &p.shape).map_err(input_error)?
+            }
+        };
+        inputs.push(Arc::new(t));
+    }
+
+    // Output files: check before running that none of them is an input.
+    let out_files: Vec<PathBuf> = match &req.output_dir {
+        Some(dir) => {
+            let n = crate::exec::value::flat_shapes(&x.output_type).map_or(0, |s| s.len());
+            (0..n).map(|i| dir.join(format!("output{i}.npy"))).collect()
+        }
+        None => Vec::new(),
+    };
+    if !out_files.is_empty() {
+        let outs: Vec<(&str, &Path)> = out_files
+            .iter()
+            .map(|p| ("--output-dir", p.as_path()))
+            .collect();
+        let mut ins: Vec<(&str, &Path)> = vec![("the model", req.model.as_path())];
+        ins.extend(
+            req.compare_with
+                .iter()
+                .map(|p| ("a compared model", p.as_path())),
+        );
+        ins.extend(given.iter().map(|(_, f)| ("an input file", f.as_path())));
+        if let Err(msg) = super::output::check_collisions(&outs, &ins) {
+            return Err(usage(diag::E0903, msg));
+        }
+    }
+
+    // Runs.
+    for _ in 0..req.warmup {
+        run_once(&x, &inputs, &sources)?;
+    }
+    let mut times = Vec::with_capacity(req.repeat);
+    let mut result = None;
+    let mut peak = 0u64;
+    for _ in 0..req.repeat {
+        let start = Instant::now();
+        let (v, p) = run_once(&x, &inputs, &sources)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        peak = peak.max(p);
+        result = Some(v);
+    }
+    let value = result.unwrap_or(Value::Tuple(Vec::new()));
+    let outputs: Vec<Arc<Tensor>> = value.flatten().into_iter().cloned().collect();
+    let summaries: Vec<Summary> = outputs.iter().map(|t| compare::summarize(t)).collect();
+
+    // Comparisons.
+    let mut comparisons = Vec::new();
+    for (path, other) in &others {
+        let y = compile_model(other, &weights, threads, &sources)?;
+        if y.inputs != x.inputs {
+            let show = |e: &Executable| {
+                e.inputs
+                    .iter()
+                    .map(|i| format!("%{}: {}", i.name, i.shape))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            eprintln!(
+                "error[{}]: `{}` takes ({}) but `{}` takes ({})",
+                diag::E2307.id,
+                path.display(),
+                show(&y),
+                req.model.display(),
+                show(&x)
+            );
+            return Err(Outcome::InputErrors);
+        }
+        let (v, _) = run_once(&y, &inputs, &sources)?;
+        let theirs: Vec<&Arc<Tensor>> = v.flatten();
+        if theirs.len() != outputs.len() {
+            eprintln!(
+                "error[{}]: `{}` has {} outputs but `{}` has {}",
+                diag::E2307.id,
+                path.display(),
+                theirs.len(),
+                req.model.display(),
+                outputs.len()
+            );
+            return Err(Outcome::InputErrors);
+        }
+        let mut diffs = Vec::new();
+        for (i, (a, b)) in outputs.iter().zip(&theirs).enumerate() {
+            let (dr, da) = compare::default_tolerance(a.dtype());
+            let (rtol, atol) = (req.rtol.unwrap_or(dr), req.atol.unwrap_or(da));
+            match compare::compare(b, a, rtol, atol) {
+                Ok(d) => diffs.push((d, rtol, atol)),
+                Err(e) => {
+                    eprintln!(
+                        "error[{}]: output{i} of `{}` cannot be compared: {e}",
+                        diag::E2307.id,
+                        path.display()
+                    );
+                    return Err(Outcome::InputErrors);
+                }
+            }
+        }
+        comparisons.push(Comparison {
+            model: path.clone(),
+            diffs,
+        });
+    }
+
+    // Output files.
+    if let Some(dir) = &req.output_dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return Err(usage(
+                diag::E0902,
+                format!("cannot create `{}`: {e}", dir.display()),
+            ));
+        }
+        for (t, path) in outputs.iter().zip(&out_files) {
+            let bytes = crate::exec::npy::write(t).map_err(|e| {
+                usage(
+                    diag::E0902,
+                    format!("cannot write `{}`: {e}", path.display()),
+                )
+            })?;
+            super::output::write_file(path, &bytes).map_err(|e| {
+                usage(
+                    diag::E0902,
+                    format!("cannot write `{}`: {e}", path.display()),
+                )
+            })?;
+        }
+    }
+
+    for (i, s) in summaries.iter().enumerate() {
+        if s.non_finite > 0 {
+            eprintln!(
+                "warning: output{i} has {} NaN or infinite value(s)",
+                s.non_finite
+            );
+        }
+    }
+
+    let rep = RunReport {
+        req,
+        x: &x,
+        input_sources: &input_sources,
+        summaries: &summaries,
+        times: &times,
+        peak,
+        comparisons: &comparisons,
+    };
+    let text = match req.format {
+        Format::Table => rep.table(),
+        Format::Json => rep.json(),
+    };
+    out(&text)?;
+    let differ: Vec<String> = comparisons
+        .iter()
+        .flat_map(|c| {
+            c.diffs.iter().enumerate().filter(|(_, d)| !d.0.within()).map(move |(i, d)| {
+                format!(
+                    "output{i} of `{}` differs: {} element(s) beyond rtol {} and atol {} (largest absolute difference {})",
+                    c.model.display(),
+                    d.0.mismatched,
+                    d.1,
+                    d.2,
+                    d.0.max_abs
+                )
+            })
+        })
+        .collect();
+    if !differ.is_empty() {
+        let mut ds = Diagnostics::new();
+        for m in differ {
+            ds.push(Diagnostic::error(diag::E2306, m));
+        }
+        report(&ds, &sources);
+        return Ok(Outcome::InputErrors);
+    }
+    Ok(Outcome::Ok)
+}
+
+struct RunReport<'a> {
+    req: &'a Request,
+    x: &'a Executable,
+    input_sources: &'a [String],
+    summaries: &'a [Summary],
+    times: &'a [f64],
+    peak: u64,
+    comparisons: &'a [Comparison],
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn shape_text(s: &[usize]) -> String {
+    let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    if parts.len() == 1 {
+        format!("({},)", parts[0])
+    } else {
+        format!("({})", parts.join(", "))
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    match v {
+        Some(x) => format!("{x:.6}"),
+        None => "-".to_string(),
+    }
+}
+
+fn json_num(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!(v)
+    } else {
+        serde_json::json!(v.to_string())
+    }
+}
+
+impl RunReport<'_> {
+    fn backends(&self) -> BTreeMap<String, usize> {
+        let mut by: BTreeMap<String, usize> = BTreeMap::new();
+        for k in self.x.kernels() {
+            *by.entry(k.backend.clone()).or_default() += 1;
+        }
+        by
+    }
+
+    fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "model    {}", self.req.model.display());
+        let by: Vec<String> = self
+            .backends()
+            .iter()
+            .map(|(b, n)| format!("{b} {n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "kernels  {} ({}); {} thread(s); seed {}",
+            self.x.kernels().len(),
+            by.join(", "),
+            self.x.threads,
+            self.req.seed
+        );
+        for (i, p) in self.x.inputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "input    %{}: {} ({})",
+                p.name, p.shape, self.input_sources[i]
+            );
+        }
+        let rows: Vec<[String; 7]> = self
+            .summaries
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                [
+                    format!("output{i}"),
+                    shape_text(&o.shape),
+                    o.dtype.to_string(),
+                    num(o.min),
+                    num(o.max),
+                    num(o.mean),
+                    o.checksum.clone(),
+                ]
+            })
+            .collect();
+        let head = ["output", "shape", "dtype", "min", "max", "mean", "crc32"];
+        let mut width = head.map(str::len);
+        for r in &rows {
+            for (w, c) in width.iter_mut().zip(r) {
+                *w = (*w).max(c.len());
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut l = String::new();
+            for (i, (c, w)) in cells.iter().zip(width).enumerate() {
+                if i > 0 {
+                    l.push_str("  ");
+                }
+                let _ = write!(l, "{c:<w$}");
+            }
+            l.trim_end().to_string()
+        };
+        let _ = writeln!(s, "{}", line(&head.map(str::to_string)));
+        for r in &rows {
+            let _ = writeln!(s, "{}", line(r));
+        }
+        let (lo, hi) = self
+            .times
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
+        let _ = writeln!(
+            s,
+            "latency  {:.3} ms median, {:.3} ms min, {:.3} ms max ({} run(s) after {} warm-up)",
+            median(self.times),
+            lo,
+            hi,
+            self.times.len(),
+            self.req.warmup
+        );
+        let rss = peak_rss().map_or(String::new(), |r| format!("; process peak RSS {}", mib(r)));
+        let _ = writeln!(
+            s,
+            "memory   peak {} of live tensors ({} of constants){rss}",
+            mib(self.peak),
+            mib(self.x.const_bytes)
+        );
+        for c in self.comparisons {
+            for (i, (d, rtol, atol)) in c.diffs.iter().enumerate() {
+                let verdict = if d.identical {
+                    "identical".to_string()
+                } else if d.within() {
+                    format!(
+                        "within tolerance (max abs {:.3e}, max rel {:.3e}; rtol {rtol}, atol {atol})",
+                        d.max_abs, d.max_rel
+                    )
+                } else {
+                    format!(
+                        "DIFFERS: {} element(s) beyond rtol {rtol}, atol {atol} (max abs {:.3e}, max rel {:.3e})",
+                        d.mismatched, d.max_abs, d.max_rel
+                    )
+                };
+                let _ = writeln!(s, "compare  {} output{i}: {verdict}", c.model.display());
+            }
+        }
+        s
+    }
+
+    fn json(&self) -> String {
+        let inputs: Vec<serde_json::Value> = self
+            .x
+            .inputs
+            .iter()
+            .zip(self.input_sources)
+            .map(|(p, src)| {
+                serde_json::json!({
+                    "name": p.name,
+                    "shape": p.shape.dims,
+                    "dtype": p.shape.dtype.to_string(),
+                    "source": src,
+                })
+            })
+            .collect();
+        let outputs: Vec<serde_json::Value> = self
+            .summaries
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                serde_json::json!({
+                    "name": format!("output{i}"),
+                    "shape": o.shape,
+                    "dtype": o.dtype.to_string(),
+                    "min": o.min,
+                    "max": o.max,
+                    "mean": o.mean,
+                    "checksum": o.checksum,
+                    "non_finite": o.non_finite,
+                })
+            })
+            .collect();
+        let (lo, hi) = self
+            .times
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
+        let comparisons: Vec<serde_json::Value> = self
+            .comparisons
+            .iter()
+            .map(|c| {
+                let outs: Vec<serde_json::Value> = c
+                    .diffs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (d, rtol, atol))| {
+                        serde_json::json!({
+                            "name": format!("output{i}"),
+                            "identical": d.identical,
+                            "within_tolerance": d.within(),
+                            "max_abs_diff": json_num(d.max_abs),
+                            "max_rel_diff": json_num(d.max_rel),
+                            "mismatched": d.mismatched,
+                            "rtol": rtol,
+                            "atol": atol,
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "model": c.model.display().to_string(),
+                    "within_tolerance": c.diffs.iter().all(|d| d.0.within()),
+                    "outputs": outs,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "model": self.req.model.display().to_string(),
+            "seed": self.req.seed,
+            "threads": self.x.threads,
+            "kernels": {"total": self.x.kernels().len(), "by_backend": self.backends()},
+            "inputs": inputs,
+            "outputs": outputs,
+            "latency_ms": {
+                "median": median(self.times),
+                "min": lo,
+                "max": hi,
+                "runs": self.times.len(),
+                "warmup": self.req.warmup,
+            },
+            "memory": {
+                "peak_bytes": self.peak,
+                "constant_bytes": self.x.const_bytes,
+                "peak_rss_bytes": peak_rss(),
+            },
+            "comparisons": comparisons,
+        });
+        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    }
+}

@@ -1,0 +1,413 @@
+//! The executor: `@main` lowered once into a [`Program`] whose kernels come from the backends,
+//! then run any number of times.
+//!
+//! Which backend compiles what:
+//!
+//! * a call of a function with `Compiler="X"`: the backends that handle `X`, in order, then the
+//!   reference interpreter (today no backend handles any compiler, so the GPU targets'
+//!   partitions run on the reference interpreter);
+//! * a call of a `Primitive=1` function without `Compiler`, and each group of inline operator
+//!   calls of `@main`: the backends that handle native code, then the reference interpreter;
+//! * a call of any other function: the reference interpreter.
+//!
+//! A backend that reports a unit unsupported is skipped with a warning; the run goes on with the
+//! next one. The inline operator calls of `@main` are grouped by a [`Grouping`]; without one
+//! each operator call is its own kernel.
+
+use crate::backend::reference::{self, Reference};
+use crate::backend::{Backend, Backends, ConstantSource, Group, RunCx, Unit, Unsupported};
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::exec::program::{Compiled, KernelRecord, MemCounter, Policy, Program, Region};
+use crate::exec::tensor::{Shape, Tensor};
+use crate::exec::value::{flat_shapes, Value};
+use crate::ir::{ExprId, FuncId, Module, Type};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Groups the inline operator calls of a function into kernels (FuseOps does this for native
+/// code generation).
+pub trait Grouping: Send + Sync {
+    /// Groups of expressions of `func`'s body (operator calls, tuples and projections); each
+    /// group must be convex. Operator calls in no group run alone.
+    fn groups(&self, m: &Module, func: FuncId) -> Vec<Vec<ExprId>>;
+}
+
+/// How to build an executable.
+pub struct Options {
+    /// Worker threads (at least 1).
+    pub threads: usize,
+    /// Backends tried before the reference interpreter.
+    pub backends: Backends,
+    /// How inline operator calls of `@main` are grouped (`None`: one kernel per call).
+    pub grouping: Option<Box<dyn Grouping>>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            threads: default_threads(),
+            backends: Backends::reference_only(),
+            grouping: None,
+        }
+    }
+}
+
+/// All cores of the machine.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A parameter of `@main`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// The name without `%`.
+    pub name: String,
+    /// Its type.
+    pub shape: Shape,
+}
+
+/// A compiled `@main`, ready to run.
+pub struct Executable {
+    program: Program,
+    pool: rayon::ThreadPool,
+    /// The parameters of `@main`.
+    pub inputs: Vec<Input>,
+    /// `@main`'s result type.
+    pub output_type: Type,
+    /// Bytes of the distinct constants the program holds (weights and literals).
+    pub const_bytes: u64,
+    /// Warnings from compilation (backends that fell back).
+    pub warnings: Vec<Diagnostic>,
+    /// Threads in the pool.
+    pub threads: usize,
+}
+
+/// The result of one run.
+pub struct RunOutput {
+    /// `@main`'s result.
+    pub value: Value,
+    /// The largest number of bytes held by inputs, constants and live intermediate tensors at
+    /// once (kernels' private scratch memory not included).
+    pub peak_bytes: u64,
+}
+
+/// Records the constants handed out, to count their bytes once each.
+struct Counting<'a> {
+    inner: &'a dyn ConstantSource,
+    seen: Mutex<BTreeMap<usize, usize>>,
+}
+
+impl ConstantSource for Counting<'_> {
+    fn constant(&self, m: &Module, e: ExprId) -> Result<Arc<Tensor>, String> {
+        let t = self.inner.constant(m, e)?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(Arc::as_ptr(&t) as usize, t.nbytes());
+        // Keep the tensor alive while it is counted: the program holds it.
+        Ok(t)
+    }
+}
+
+struct TopPolicy<'a> {
+    opts: &'a Options,
+    consts: &'a dyn ConstantSource,
+    warnings: Vec<Diagnostic>,
+    functions: BTreeMap<FuncId, (Arc<dyn crate::backend::Kernel>, String)>,
+}
+
+impl TopPolicy<'_> {
+    /// Tries `candidates` in order, then the reference interpreter.
+    fn compile(
+        &mut self,
+        candidates: Vec<Arc<dyn Backend>>,
+        unit: &Unit<'_>,
+    ) -> Result<Compiled, Unsupported> {
+        for b in candidates {
+            match b.compile(unit, self.consts) {
+                Ok(kernel) => {
+                    return Ok(Compiled {
+                        kernel,
+                        backend: b.name().to_string(),
+                    })
+                }
+                Err(u) => {
+                    let mut d = Diagnostic::warning(
+                        crate::diag::W2310,
+                        format!(
+                            "backend `{}` cannot run {}: {}; falling back",
+                            b.name(),
+                            unit.describe(),
+                            u.message
+                        ),
+                    );
+                    if let Some(s) = u.span {
+                        d = d.with_primary(s, "runs on another backend");
+                    }
+                    self.warnings.push(d);
+                }
+            }
+        }
+        Ok(Compiled {
+            kernel: Reference.compile(unit, self.consts)?,
+            backend: reference::NAME.to_string(),
+        })
+    }
+}
+
+impl Policy for TopPolicy<'_> {
+    fn grouping(&mut self, m: &Module, func: FuncId) -> Option<Vec<Vec<ExprId>>> {
+        self.opts.grouping.as_ref().map(|g| g.groups(m, func))
+    }
+
+    fn compile_group(&mut self, m: &Module, group: &Group) -> Result<Compiled, Unsupported> {
+        let candidates = self
+            .opts
+            .backends
+            .for_compiler(None)
+            .into_iter()
+            .cloned()
+            .collect();
+        self.compile(candidates, &Unit::Group { module: m, group })
+    }
+
+    fn compile_function(
+        &mut self,
+        m: &Module,
+        func: FuncId,
+        _call: ExprId,
+    ) -> Result<Compiled, Unsupported> {
+        if let Some((k, b)) = self.functions.get(&func) {
+            return Ok(Compiled {
+                kernel: k.clone(),
+                backend: b.clone(),
+            });
+        }
+        let f = m.func(func);
+        let compiler = f
+            .attr("Compiler")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        let primitive = f.attr("Primitive").and_then(|v| v.as_int()) == Some(1);
+        let candidates: Vec<Arc<dyn Backend>> = match (&compiler, primitive) {
+            (Some(c), _) => self
+                .opts
+                .backends
+                .for_compiler(Some(c))
+                .into_iter()
+                .cloned()
+                .collect(),
+            (None, true) => self
+                .opts
+                .backends
+                .for_compiler(None)
+                .into_iter()
+                .cloned()
+                .collect(),
+            (None, false) => Vec::new(),
+        };
+        let c = self.compile(candidates, &Unit::Function { module: m, func })?;
+        self.functions
+            .insert(func, (c.kernel.clone(), c.backend.clone()));
+        Ok(c)
+    }
+}
+
+/// Compiles `@main` of a type-checked module.
+pub fn compile(
+    m: &Module,
+    consts: &dyn ConstantSource,
+    opts: &Options,
+) -> Result<Executable, Diagnostics> {
+    let one = |d: Diagnostic| -> Diagnostics {
+        let mut ds = Diagnostics::new();
+        ds.push(d);
+        ds
+    };
+    let main = m.main().ok_or_else(|| {
+        one(Diagnostic::error(
+            crate::diag::E2302,
+            "the module has no `@main` function",
+        ))
+    })?;
+    let f = m.func(main);
+    let mut inputs = Vec::new();
+    for &p in &f.params {
+        let v = m.var(p);
+        let ty = m.ty(v.expr).cloned();
+        let shape = match ty.as_ref().and_then(|t| t.as_tensor()).and_then(Shape::of) {
+            Some(s) if crate::exec::tensor::storable(s.dtype) => s,
+            _ => {
+                let shown = ty.map_or("an unknown type".to_string(), |t| format!("`{t}`"));
+                return Err(one(
+                    Diagnostic::error(
+                        crate::diag::E2302,
+                        format!(
+                            "parameter `%{}` of `@main` has type {shown}; the interpreter takes tensors of static shape and a supported dtype",
+                            v.name
+                        ),
+                    )
+                    .with_primary(v.span, "this parameter"),
+                ));
+            }
+        };
+        inputs.push(Input {
+            name: v.name.clone(),
+            shape,
+        });
+    }
+    let output_type = m.ty(f.body).cloned().unwrap_or(Type::Tuple(Vec::new()));
+    if flat_shapes(&output_type).is_none() {
+        return Err(one(Diagnostic::error(
+            crate::diag::E2302,
+            format!(
+                "`@main` returns `{output_type}`, which is not made of tensors with static shapes"
+            ),
+        )
+        .with_primary(m.span(f.body), "the result")));
+    }
+    let threads = opts.threads.max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| {
+            one(Diagnostic::error(
+                crate::diag::E2302,
+                format!("cannot start {threads} worker threads: {e}"),
+            ))
+        })?;
+    let counting = Counting {
+        inner: consts,
+        seen: Mutex::new(BTreeMap::new()),
+    };
+    let mut policy = TopPolicy {
+        opts,
+        consts: &counting,
+        warnings: Vec::new(),
+        functions: BTreeMap::new(),
+    };
+    // Constants are generated on the pool too (large weights are filled in parallel).
+    let program = pool
+        .install(|| Program::lower(m, &Region::function(m, main), &mut policy, &counting))
+        .map_err(|u| one(u.to_diagnostic()))?;
+    let warnings = policy.warnings;
+    let const_bytes = counting
+        .seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .map(|&b| b as u64)
+        .sum();
+    Ok(Executable {
+        program,
+        pool,
+        inputs,
+        output_type,
+        const_bytes,
+        warnings,
+        threads,
+    })
+}
+
+impl Executable {
+    /// The kernels of `@main`, in order.
+    pub fn kernels(&self) -> &[KernelRecord] {
+        &self.program.kernels
+    }
+
+    /// Checks an input tensor against parameter `i`.
+    pub fn check_input(&self, i: usize, t: &Tensor) -> Result<(), String> {
+        let want = &self.inputs[i].shape;
+        if t.dtype() != want.dtype || t.shape() != want.dims.as_slice() {
+            return Err(format!(
+                "input `{}` must be `{want}`, found `{}`",
+                self.inputs[i].name,
+                t.ty()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `@main` on one tensor per parameter (in order).
+    pub fn run(&self, inputs: &[Arc<Tensor>]) -> Result<RunOutput, Diagnostic> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Diagnostic::error(
+                crate::diag::E2304,
+                format!(
+                    "`@main` takes {} inputs, {} given",
+                    self.inputs.len(),
+                    inputs.len()
+                ),
+            ));
+        }
+        for (i, t) in inputs.iter().enumerate() {
+            self.check_input(i, t)
+                .map_err(|m| Diagnostic::error(crate::diag::E2304, m))?;
+        }
+        let base = self.const_bytes + inputs.iter().map(|t| t.nbytes() as u64).sum::<u64>();
+        let mem = MemCounter::new(base);
+        let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
+        let out = self
+            .pool
+            .install(|| self.program.run(values, &RunCx { mem: &mem }))
+            .map_err(|e| e.to_diagnostic())?;
+        let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
+        Ok(RunOutput {
+            value,
+            peak_bytes: mem.peak(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::data::Weights;
+    use crate::exec::program::release;
+
+    /// After a run and the release of its outputs, the memory counter is back at the inputs
+    /// and constants: every tensor a step created (nested programs included) was counted once
+    /// and freed once.
+    #[test]
+    fn memory_accounting_balances() {
+        let m = crate::relay::load_text(
+            r#"#[version = "0.0.5"]
+def @f(%a: Tensor[(4, 8), float32], %w: Tensor[(6, 8), float32], Primitive=1, Compiler="x") -> (Tensor[(4, 6), float32], Tensor[(4, 8), float32]) {
+  %0 = fn (%p: Tensor[(4, 8), float32], %q: Tensor[(6, 8), float32], Composite="x.dense") {
+    nn.dense(%p, %q, units=6)
+  };
+  (%0(%a, %w), %a)
+}
+def @main(%x: Tensor[(4, 8), float32], %c: bool) {
+  %1 = @f(%x, meta[relay.Constant][0] /* ty=Tensor[(6, 8), float32] */);
+  %2 = %1.0;
+  %3 = if (%c) { nn.relu(%2) } else { negative(%2) };
+  (%3, %1.1, %2)
+}"#,
+        );
+        let w = Weights::new(1);
+        let mw = w.for_module(&m);
+        let x = compile(&m, &mw, &Options::default()).unwrap();
+        for cond in [0u8, 1] {
+            let inputs = [
+                Arc::new(mw.random_input("x", &x.inputs[0].shape).unwrap()),
+                Arc::new(Tensor::from_bytes(crate::ir::DType::BOOL, &[], &[cond]).unwrap()),
+            ];
+            let base = x.const_bytes + inputs.iter().map(|t| t.nbytes() as u64).sum::<u64>();
+            let mem = MemCounter::new(base);
+            let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
+            let out = x.program.run(values, &RunCx { mem: &mem }).unwrap();
+            assert!(mem.peak() > base);
+            let out_bytes: u64 = out
+                .iter()
+                .flat_map(|v| v.flatten())
+                .map(|t| t.nbytes() as u64)
+                .sum();
+            // Only the outputs are left (the function's pass-through result is a copy of `%x`
+            // in the kernel's output, so it counts too).
+            assert_eq!(mem.live(), base + out_bytes, "cond {cond}");
+            for v in out {
+                release(v, &RunCx { mem: &mem });
+            }
+            assert_eq!(mem.live(), base, "cond {cond}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Normalisations: `nn.batch_norm` (inference form) and `nn.layer_norm`.
+
+use super::nn::around;
+use super::{op, Call, OpImpl, Reason};
+use rayon::prelude::*;
+
+pub(super) fn implements(name: &str) -> bool {
+    matches!(name, "nn.batch_norm" | "nn.layer_norm")
+}
+
+pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let d = c.arg(0)?.clone();
+    let dtypes: Vec<_> = c.args.iter().map(|a| a.dtype).collect();
+    c.require_float(&dtypes)?;
+    let axis = c.axis(c.int("axis")?, d.dims.len())?;
+    let eps = c.float("epsilon")? as f32;
+    let center = c.bool("center")?;
+    let scale = c.bool("scale")?;
+    let (outer, ext, inner) = around(&d.dims, axis);
+    if c.op.name == "nn.batch_norm" {
+        // y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; the second and third
+        // results are the moving mean and variance, unchanged (inference).
+        return op(move |args, outs| {
+            let x = args[0].f32_view();
+            let (g, b, m, v) = (
+                args[1].f32_view(),
+                args[2].f32_view(),
+                args[3].f32_view(),
+                args[4].f32_view(),
+            );
+            let denom: Vec<f32> = v.iter().map(|&v| (v + eps).sqrt()).collect();
+            outs[0].fill_f32(|out| {
+                let per = ext * inner;
+                if per == 0 {
+                    return;
+                }
+                let body = |(ob, xb): (&mut [f32], &[f32])| {
+                    for ch in 0..ext {
+                        let (mc, dc) = (m[ch], denom[ch]);
+                        let gc = if scale { g[ch] } else { 1.0 };
+                        let bc = if center { b[ch] } else { 0.0 };
+                        let (o, xs) = (
+                            &mut ob[ch * inner..(ch + 1) * inner],
+                            &xb[ch * inner..(ch + 1) * inner],
+                        );
+                        for (o, &xv) in o.iter_mut().zip(xs) {
+                            let mut y = (xv - mc) / dc;
+                            if scale {
+                                y *= gc;
+                            }
+                            if center {
+                                y += bc;
+                            }
+                            *o = y;
+                        }
+                    }
+                };
+                if outer * per >= super::iter::PAR_MIN {
+                    out.par_chunks_mut(per)
+                        .zip(x.par_chunks(per))
+                        .for_each(body);
+                } else {
+                    out.chunks_mut(per).zip(x.chunks(per)).for_each(body);
+                }
+            });
+            let (mean, var) = outs.split_at_mut(2);
+            mean[1].bytes_mut().copy_from_slice(args[3].bytes());
+            var[0].bytes_mut().copy_from_slice(args[4].bytes());
+            Ok(())
+        });
+    }
+    // nn.layer_norm: mean and (biased) variance along the axis, summed in order.
+    op(move |args, outs| {
+        let x = args[0].f32_view();
+        let (g, b) = (args[1].f32_view(), args[2].f32_view());
+        outs[0].fill_f32(|out| {
+            let per = ext * inner;
+            if per == 0 {
+                return;
+            }
+            let n = ext as f32;
+            let body = |(ob, xb): (&mut [f32], &[f32])| {
+                for i in 0..inner {
+                    let mut sum = 0f32;
+                    for j in 0..ext {
+                        sum += xb[j * inner + i];
+                    }
+                    let mean = sum / n;
+                    let mut sq = 0f32;
+                    for j in 0..ext {
+                        let dv = xb[j * inner + i] - mean;
+                        sq += dv * dv;
+                    }
+                    let denom = (sq / n + eps).sqrt();
+                    for j in 0..ext {
+                        let mut y = (xb[j * inner + i] - mean) / denom;
+                        if scale {
+                            y *= g[j];
+                        }
+                        if center {
+                            y += b[j];
+                        }
+                        ob[j * inner + i] = y;
+                    }
+                }
+            };
+            if outer * per >= super::iter::PAR_MIN {
+                out.par_chunks_mut(per)
+                    .zip(x.par_chunks(per))
+                    .for_each(body);
+            } else {
+                out.chunks_mut(per).zip(x.chunks(per)).for_each(body);
+            }
+        });
+        Ok(())
+    })
+}

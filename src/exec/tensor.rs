@@ -1,0 +1,549 @@
+//! Tensors: a dtype, a static shape and contiguous row-major storage.
+//!
+//! The storage is a byte buffer aligned to 8 bytes (it is kept as `u64` words), so any element
+//! type can be viewed in place with `bytemuck`. `bool` is one byte per element (0 or 1), as in
+//! NumPy and TVM. Floating-point work on `float16` and `bfloat16` tensors goes through `float32`
+//! views ([`Tensor::f32_view`], [`Tensor::fill_f32`]): every operator computes in `float32` and
+//! rounds its result once, to nearest even, when it is stored.
+
+use crate::ir::{DType, DTypeCode, TensorType};
+use half::{bf16, f16};
+use std::borrow::Cow;
+use std::fmt;
+
+/// The largest single tensor the interpreter allocates (bytes). Larger shapes are an error
+/// instead of an allocation failure that would abort the process.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 36;
+
+/// An element type that can be viewed in a tensor's storage.
+pub trait Elem: bytemuck::Pod + Send + Sync + 'static {
+    /// Whether tensors of `dtype` store elements of this type.
+    fn stores(dtype: DType) -> bool;
+}
+
+macro_rules! elem {
+    ($($t:ty => $($d:expr),+;)*) => {$(
+        impl Elem for $t {
+            fn stores(dtype: DType) -> bool {
+                $(dtype == $d)||+
+            }
+        }
+    )*};
+}
+
+/// `bfloat16`.
+pub const BF16: DType = DType::scalar(DTypeCode::BFloat, 16);
+/// `uint16`.
+pub const U16: DType = DType::scalar(DTypeCode::UInt, 16);
+/// `uint32`.
+pub const U32: DType = DType::scalar(DTypeCode::UInt, 32);
+/// `uint64`.
+pub const U64: DType = DType::scalar(DTypeCode::UInt, 64);
+
+elem! {
+    f32 => DType::F32;
+    f64 => DType::F64;
+    f16 => DType::F16;
+    bf16 => BF16;
+    i8 => DType::I8;
+    i16 => DType::I16;
+    i32 => DType::I32;
+    i64 => DType::I64;
+    u8 => DType::U8, DType::BOOL;
+    u16 => U16;
+    u32 => U32;
+    u64 => U64;
+}
+
+/// Whether tensors of this dtype can be stored and moved (every operator that only moves data
+/// accepts them).
+pub fn storable(d: DType) -> bool {
+    elem_size(d).is_some()
+}
+
+/// Bytes per element of a storable dtype.
+pub fn elem_size(d: DType) -> Option<usize> {
+    if d.lanes != 1 {
+        return None;
+    }
+    match (d.code, d.bits) {
+        (DTypeCode::Float, 16 | 32 | 64) | (DTypeCode::BFloat, 16) => Some(d.bits as usize / 8),
+        (DTypeCode::Int | DTypeCode::UInt, 8 | 16 | 32 | 64) => Some(d.bits as usize / 8),
+        (DTypeCode::UInt, 1) => Some(1),
+        _ => None,
+    }
+}
+
+/// Whether float operators run on this dtype (through `float32`): `float16`, `bfloat16` and
+/// `float32`.
+pub fn is_f32_family(d: DType) -> bool {
+    d == DType::F32 || d == DType::F16 || d == BF16
+}
+
+/// Whether integer arithmetic runs on this dtype (through `int64`): signed integers and unsigned
+/// integers narrower than 64 bits.
+pub fn is_i64_family(d: DType) -> bool {
+    matches!(
+        (d.code, d.bits, d.lanes),
+        (DTypeCode::Int, 8 | 16 | 32 | 64, 1) | (DTypeCode::UInt, 8 | 16 | 32, 1)
+    )
+}
+
+/// Why a tensor could not be created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorError(pub String);
+
+impl fmt::Display for TensorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Number of elements of a shape, checked against overflow.
+pub fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+/// Row-major strides (in elements) of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// A static tensor type: dtype and extents.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shape {
+    /// Element type.
+    pub dtype: DType,
+    /// Extents, outermost first.
+    pub dims: Vec<usize>,
+}
+
+impl Shape {
+    /// The static form of a tensor type, if every extent is static and non-negative.
+    pub fn of(t: &TensorType) -> Option<Shape> {
+        let dims = t
+            .shape
+            .iter()
+            .map(|d| d.fixed().and_then(|n| usize::try_from(n).ok()))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Shape {
+            dtype: t.dtype,
+            dims,
+        })
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.dims).unwrap_or(usize::MAX)
+    }
+
+    /// Size in bytes (saturating).
+    pub fn bytes(&self) -> u64 {
+        (self.numel() as u64).saturating_mul(elem_size(self.dtype).unwrap_or(1) as u64)
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dims.is_empty() {
+            return write!(f, "{}", self.dtype);
+        }
+        f.write_str("Tensor[(")?;
+        for (i, d) in self.dims.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "), {}]", self.dtype)
+    }
+}
+
+/// A tensor value.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Storage as 8-byte words; `len` bytes of it are the data.
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({}, {} bytes)", self.ty(), self.len)
+    }
+}
+
+/// Allocates `n` zeroed words without aborting on failure.
+fn zeroed_words(n: usize) -> Result<Vec<u64>, TensorError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u64>(n)
+        .map_err(|_| TensorError("tensor too large to allocate".into()))?;
+    // SAFETY: the layout has a non-zero size; the pointer is checked for null; a zeroed u64 is a
+    // valid value; the Vec takes ownership with the same layout (capacity n of u64) that
+    // allocated it, as `Vec::from_raw_parts` requires.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut u64;
+        if ptr.is_null() {
+            return Err(TensorError(format!(
+                "cannot allocate {} bytes for a tensor",
+                n * 8
+            )));
+        }
+        Ok(Vec::from_raw_parts(ptr, n, n))
+    }
+}
+
+impl Tensor {
+    /// A zero-filled tensor.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let es = elem_size(dtype)
+            .ok_or_else(|| TensorError(format!("tensors of dtype `{dtype}` are not supported")))?;
+        let n = numel(shape)
+            .and_then(|n| n.checked_mul(es))
+            .filter(|&b| b as u64 <= MAX_TENSOR_BYTES)
+            .ok_or_else(|| {
+                TensorError(format!(
+                    "a tensor of shape {shape:?} and dtype `{dtype}` is larger than the {} GiB the interpreter allocates at once",
+                    MAX_TENSOR_BYTES >> 30
+                ))
+            })?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            words: zeroed_words(n.div_ceil(8))?,
+            len: n,
+        })
+    }
+
+    /// A zero-filled tensor of a static type.
+    pub fn zeros_of(s: &Shape) -> Result<Tensor, TensorError> {
+        Tensor::zeros(s.dtype, &s.dims)
+    }
+
+    /// A tensor holding the given elements (which must match the dtype and the shape).
+    pub fn from_slice<T: Elem>(
+        dtype: DType,
+        shape: &[usize],
+        data: &[T],
+    ) -> Result<Tensor, TensorError> {
+        if !T::stores(dtype) {
+            return Err(TensorError(format!(
+                "elements of this kind cannot be stored as `{dtype}`"
+            )));
+        }
+        if numel(shape) != Some(data.len()) {
+            return Err(TensorError(format!(
+                "{} elements do not fill shape {shape:?}",
+                data.len()
+            )));
+        }
+        let mut t = Tensor::zeros(dtype, shape)?;
+        t.as_mut_slice::<T>().copy_from_slice(data);
+        Ok(t)
+    }
+
+    /// A tensor from raw little-endian bytes (bools as 0/1 bytes).
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, TensorError> {
+        let mut t = Tensor::zeros(dtype, shape)?;
+        if bytes.len() != t.len {
+            return Err(TensorError(format!(
+                "{} bytes do not fill a `{}` ({} bytes)",
+                bytes.len(),
+                t.ty(),
+                t.len
+            )));
+        }
+        t.bytes_mut().copy_from_slice(bytes);
+        if dtype == DType::BOOL {
+            for b in t.bytes_mut() {
+                *b = (*b != 0) as u8;
+            }
+        }
+        Ok(t)
+    }
+
+    /// A rank-0 tensor holding `v` converted to `dtype` (floats rounded, integers wrapped).
+    pub fn scalar(dtype: DType, v: f64) -> Result<Tensor, TensorError> {
+        let mut t = Tensor::zeros(dtype, &[])?;
+        t.set_from_f64(0, v);
+        Ok(t)
+    }
+
+    /// A rank-0 integer tensor holding `v` (wrapped to the dtype's width).
+    pub fn scalar_int(dtype: DType, v: i64) -> Result<Tensor, TensorError> {
+        let mut t = Tensor::zeros(dtype, &[])?;
+        t.set_from_i64(0, v);
+        Ok(t)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The extents.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The static type.
+    pub fn ty(&self) -> Shape {
+        Shape {
+            dtype: self.dtype,
+            dims: self.shape.clone(),
+        }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.len / self.elem_size()
+    }
+
+    /// Bytes per element.
+    pub fn elem_size(&self) -> usize {
+        elem_size(self.dtype).unwrap_or(1)
+    }
+
+    /// Size of the data in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.len
+    }
+
+    /// The data as bytes (little-endian, row-major).
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+
+    /// The data as mutable bytes.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..len]
+    }
+
+    /// The elements as a slice of `T`, which must be the dtype's storage type.
+    pub fn as_slice<T: Elem>(&self) -> &[T] {
+        assert!(
+            T::stores(self.dtype),
+            "typed view of the wrong element type"
+        );
+        bytemuck::cast_slice(self.bytes())
+    }
+
+    /// The elements as a mutable slice of `T`.
+    pub fn as_mut_slice<T: Elem>(&mut self) -> &mut [T] {
+        assert!(
+            T::stores(self.dtype),
+            "typed view of the wrong element type"
+        );
+        bytemuck::cast_slice_mut(self.bytes_mut())
+    }
+
+    /// The same data with another shape of the same element count.
+    pub fn reshaped(mut self, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(numel(shape), Some(self.numel()));
+        self.shape = shape.to_vec();
+        self
+    }
+
+    /// Float elements as `f32` (borrowed for `float32`, converted for `float16`/`bfloat16`).
+    pub fn f32_view(&self) -> Cow<'_, [f32]> {
+        match self.dtype {
+            d if d == DType::F32 => Cow::Borrowed(self.as_slice::<f32>()),
+            d if d == DType::F16 => {
+                let src = self.as_slice::<f16>();
+                let mut v = vec![0f32; src.len()];
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, &mut v);
+                Cow::Owned(v)
+            }
+            d if d == BF16 => {
+                Cow::Owned(self.as_slice::<bf16>().iter().map(|x| x.to_f32()).collect())
+            }
+            _ => Cow::Owned((0..self.numel()).map(|i| self.get_f64(i) as f32).collect()),
+        }
+    }
+
+    /// Writes `float32` values into a float tensor, rounding to its dtype.
+    pub fn store_f32(&mut self, values: &[f32]) {
+        match self.dtype {
+            d if d == DType::F32 => self.as_mut_slice::<f32>().copy_from_slice(values),
+            d if d == DType::F16 => half::slice::HalfFloatSliceExt::convert_from_f32_slice(
+                self.as_mut_slice::<f16>(),
+                values,
+            ),
+            d if d == BF16 => {
+                for (o, &v) in self.as_mut_slice::<bf16>().iter_mut().zip(values) {
+                    *o = bf16::from_f32(v);
+                }
+            }
+            _ => {
+                for (i, &v) in values.iter().enumerate() {
+                    self.set_from_f64(i, v as f64);
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on the elements as a mutable `f32` slice: in place for `float32`, otherwise on a
+    /// zeroed scratch buffer whose values are rounded into the tensor afterwards.
+    pub fn fill_f32<R>(&mut self, f: impl FnOnce(&mut [f32]) -> R) -> R {
+        if self.dtype == DType::F32 {
+            f(self.as_mut_slice::<f32>())
+        } else {
+            let mut tmp = vec![0f32; self.numel()];
+            let r = f(&mut tmp);
+            self.store_f32(&tmp);
+            r
+        }
+    }
+
+    /// Integer (or bool) elements as `i64` (borrowed for `int64`).
+    pub fn i64_view(&self) -> Cow<'_, [i64]> {
+        if self.dtype == DType::I64 {
+            Cow::Borrowed(self.as_slice::<i64>())
+        } else {
+            Cow::Owned((0..self.numel()).map(|i| self.get_i64(i)).collect())
+        }
+    }
+
+    /// Runs `f` on the elements as a mutable `i64` slice, wrapping the results to the dtype.
+    pub fn fill_i64<R>(&mut self, f: impl FnOnce(&mut [i64]) -> R) -> R {
+        if self.dtype == DType::I64 {
+            f(self.as_mut_slice::<i64>())
+        } else {
+            let mut tmp = vec![0i64; self.numel()];
+            let r = f(&mut tmp);
+            for (i, &v) in tmp.iter().enumerate() {
+                self.set_from_i64(i, v);
+            }
+            r
+        }
+    }
+
+    /// Element `i` as `f64` (integers converted, bools 0/1).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        let d = self.dtype;
+        match (d.code, d.bits) {
+            (DTypeCode::Float, 16) => self.as_slice::<f16>()[i].to_f64(),
+            (DTypeCode::Float, 32) => self.as_slice::<f32>()[i] as f64,
+            (DTypeCode::Float, 64) => self.as_slice::<f64>()[i],
+            (DTypeCode::BFloat, 16) => self.as_slice::<bf16>()[i].to_f64(),
+            (DTypeCode::UInt, 64) => self.as_slice::<u64>()[i] as f64,
+            _ => self.get_i64(i) as f64,
+        }
+    }
+
+    /// Element `i` of an integer or bool tensor as `i64` (floats truncated toward zero, `u64`
+    /// reinterpreted).
+    pub fn get_i64(&self, i: usize) -> i64 {
+        let d = self.dtype;
+        match (d.code, d.bits) {
+            (DTypeCode::Int, 8) => self.as_slice::<i8>()[i] as i64,
+            (DTypeCode::Int, 16) => self.as_slice::<i16>()[i] as i64,
+            (DTypeCode::Int, 32) => self.as_slice::<i32>()[i] as i64,
+            (DTypeCode::Int, 64) => self.as_slice::<i64>()[i],
+            (DTypeCode::UInt, 1 | 8) => self.as_slice::<u8>()[i] as i64,
+            (DTypeCode::UInt, 16) => self.as_slice::<u16>()[i] as i64,
+            (DTypeCode::UInt, 32) => self.as_slice::<u32>()[i] as i64,
+            (DTypeCode::UInt, 64) => self.as_slice::<u64>()[i] as i64,
+            _ => self.get_f64(i) as i64,
+        }
+    }
+
+    /// Sets element `i` from an `f64`: rounded to nearest for floats, truncated (saturating)
+    /// for integers, `!= 0` for bool.
+    pub fn set_from_f64(&mut self, i: usize, v: f64) {
+        let d = self.dtype;
+        match (d.code, d.bits) {
+            (DTypeCode::Float, 16) => self.as_mut_slice::<f16>()[i] = f16::from_f64(v),
+            (DTypeCode::Float, 32) => self.as_mut_slice::<f32>()[i] = v as f32,
+            (DTypeCode::Float, 64) => self.as_mut_slice::<f64>()[i] = v,
+            (DTypeCode::BFloat, 16) => self.as_mut_slice::<bf16>()[i] = bf16::from_f64(v),
+            (DTypeCode::UInt, 1) => self.as_mut_slice::<u8>()[i] = (v != 0.0) as u8,
+            (DTypeCode::UInt, 64) => self.as_mut_slice::<u64>()[i] = v as u64,
+            _ => self.set_from_i64(i, v as i64),
+        }
+    }
+
+    /// Sets element `i` from an `i64`, wrapping to the dtype's width (`!= 0` for bool; floats
+    /// converted).
+    pub fn set_from_i64(&mut self, i: usize, v: i64) {
+        let d = self.dtype;
+        match (d.code, d.bits) {
+            (DTypeCode::Int, 8) => self.as_mut_slice::<i8>()[i] = v as i8,
+            (DTypeCode::Int, 16) => self.as_mut_slice::<i16>()[i] = v as i16,
+            (DTypeCode::Int, 32) => self.as_mut_slice::<i32>()[i] = v as i32,
+            (DTypeCode::Int, 64) => self.as_mut_slice::<i64>()[i] = v,
+            (DTypeCode::UInt, 1) => self.as_mut_slice::<u8>()[i] = (v != 0) as u8,
+            (DTypeCode::UInt, 8) => self.as_mut_slice::<u8>()[i] = v as u8,
+            (DTypeCode::UInt, 16) => self.as_mut_slice::<u16>()[i] = v as u16,
+            (DTypeCode::UInt, 32) => self.as_mut_slice::<u32>()[i] = v as u32,
+            (DTypeCode::UInt, 64) => self.as_mut_slice::<u64>()[i] = v as u64,
+            _ => self.set_from_f64(i, v as f64),
+        }
+    }
+
+    /// Whether every element is finite (always true for integer and bool tensors).
+    pub fn all_finite(&self) -> bool {
+        self.count_non_finite() == 0
+    }
+
+    /// Number of NaN or infinite elements.
+    pub fn count_non_finite(&self) -> usize {
+        if !self.dtype.is_float() {
+            return 0;
+        }
+        match self.dtype {
+            d if d == DType::F32 => self
+                .as_slice::<f32>()
+                .iter()
+                .filter(|x| !x.is_finite())
+                .count(),
+            d if d == DType::F16 => self
+                .as_slice::<f16>()
+                .iter()
+                .filter(|x| !x.is_finite())
+                .count(),
+            _ => (0..self.numel())
+                .filter(|&i| !self.get_f64(i).is_finite())
+                .count(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeros_views_and_rounding() {
+        let mut t = Tensor::zeros(DType::F16, &[2, 3]).unwrap();
+        assert_eq!(t.nbytes(), 12);
+        t.fill_f32(|v| {
+            for (i, x) in v.iter_mut().enumerate() {
+                *x = i as f32 + 0.1;
+            }
+        });
+        let back = t.f32_view();
+        assert_eq!(back[1], f16::from_f32(1.1).to_f32());
+        let b = Tensor::from_bytes(DType::BOOL, &[3], &[0, 2, 1]).unwrap();
+        assert_eq!(b.as_slice::<u8>(), &[0, 1, 1]);
+        assert_eq!(
+            Tensor::scalar_int(DType::I32, 1 << 33).unwrap().get_i64(0),
+            0
+        );
+        assert!(Tensor::zeros(DType::F32, &[usize::MAX, 2]).is_err());
+        assert!(Tensor::zeros(DType::parse("int4").unwrap(), &[2]).is_err());
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        let mut nan = Tensor::zeros(DType::F32, &[2]).unwrap();
+        nan.as_mut_slice::<f32>()[1] = f32::NAN;
+        assert_eq!(nan.count_non_finite(), 1);
+    }
+}

@@ -1,0 +1,270 @@
+//! Every operator of the reference interpreter against known values computed with NumPy
+//! (`tests/fixtures/exec/ops/*.json`, made by `tests/fixtures/exec/gen.py`). Each case is a small
+//! module whose tensors are all inputs; it is compiled and run like any model, and each output
+//! is checked element by element within the case's tolerance (exactly when it is 0).
+
+use crate::support::{load_text_ok, root};
+use collage::exec::data::Weights;
+use collage::exec::executor::{self, Options};
+use collage::exec::tensor::Tensor;
+use collage::ir::DType;
+use serde_json::Value as Json;
+use std::sync::Arc;
+
+const FAMILIES: &[&str] = &[
+    "tensor",
+    "nn",
+    "norm",
+    "conv",
+    "pool",
+    "transform",
+    "slice",
+    "reduce",
+];
+
+fn cases() -> Vec<(String, Json)> {
+    let mut out = Vec::new();
+    for f in FAMILIES {
+        let path = root().join(format!("tests/fixtures/exec/ops/{f}.json"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: Json = serde_json::from_str(&text).unwrap();
+        for c in v["cases"].as_array().unwrap() {
+            out.push((format!("{f}/{}", c["name"].as_str().unwrap()), c.clone()));
+        }
+    }
+    out
+}
+
+fn number(v: &Json) -> f64 {
+    match v {
+        Json::String(s) => match s.as_str() {
+            "nan" => f64::NAN,
+            "inf" => f64::INFINITY,
+            "-inf" => f64::NEG_INFINITY,
+            other => panic!("bad number {other}"),
+        },
+        _ => v.as_f64().unwrap(),
+    }
+}
+
+fn tensor(v: &Json) -> Tensor {
+    let dtype = DType::parse(v["dtype"].as_str().unwrap()).unwrap();
+    let shape: Vec<usize> = v["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let mut t = Tensor::zeros(dtype, &shape).unwrap();
+    for (i, x) in v["data"].as_array().unwrap().iter().enumerate() {
+        if dtype.is_float() {
+            t.set_from_f64(i, number(x));
+        } else {
+            t.set_from_i64(i, x.as_i64().unwrap());
+        }
+    }
+    t
+}
+
+/// Element `i` as f64 for comparison.
+fn at(t: &Tensor, i: usize) -> f64 {
+    t.get_f64(i)
+}
+
+fn check(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) {
+    assert_eq!(got.dtype(), want.dtype(), "{name}: dtype");
+    assert_eq!(got.shape(), want.shape(), "{name}: shape");
+    for i in 0..want.numel() {
+        let (g, w) = (at(got, i), at(want, i));
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() || (rtol == 0.0 && atol == 0.0) {
+            g == w
+        } else {
+            (g - w).abs() <= atol + rtol * w.abs()
+        };
+        assert!(
+            ok,
+            "{name}: element {i} is {g}, expected {w} (rtol {rtol}, atol {atol})"
+        );
+    }
+}
+
+#[test]
+fn operators_match_numpy() {
+    let cases = cases();
+    assert!(cases.len() > 150, "only {} cases", cases.len());
+    let weights = Weights::new(0);
+    for (name, c) in &cases {
+        let m = load_text_ok(name, c["model"].as_str().unwrap());
+        let mw = weights.for_module(&m);
+        let opts = Options {
+            threads: 2,
+            ..Options::default()
+        };
+        let x = executor::compile(&m, &mw, &opts)
+            .unwrap_or_else(|d| panic!("{name}: does not compile: {d:?}"));
+        let inputs: Vec<Arc<Tensor>> = c["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| Arc::new(tensor(i)))
+            .collect();
+        let out = x
+            .run(&inputs)
+            .unwrap_or_else(|d| panic!("{name}: fails: {d:?}"));
+        let got: Vec<&Arc<Tensor>> = out.value.flatten();
+        let want = c["outputs"].as_array().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}: number of outputs");
+        let (rtol, atol) = (c["rtol"].as_f64().unwrap(), c["atol"].as_f64().unwrap());
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            check(&format!("{name} output {k}"), g, &tensor(w), rtol, atol);
+        }
+    }
+}
+
+/// Every operator the interpreter implements has at least one fixture case, and every corpus
+/// operator is implemented.
+#[test]
+fn every_supported_operator_has_cases() {
+    let cases = cases();
+    let models: Vec<&str> = cases
+        .iter()
+        .map(|(_, c)| c["model"].as_str().unwrap())
+        .collect();
+    let supported = collage::exec::ops::supported();
+    // `op(` not preceded by a name character (so `add(` is not found in `nn.bias_add(`).
+    let calls = |m: &str, op: &str| {
+        let call = format!("{op}(");
+        m.match_indices(&call).any(|(i, _)| {
+            m[..i]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        })
+    };
+    for op in &supported {
+        assert!(
+            models.iter().any(|m| calls(m, op)),
+            "no fixture case calls `{op}`"
+        );
+    }
+    for (_, m) in crate::support::corpus() {
+        for e in &m.exprs {
+            if let collage::ir::Expr::Call {
+                callee: collage::ir::Callee::Op(op),
+                ..
+            } = e
+            {
+                let name = collage::ops::op(*op).name;
+                assert!(
+                    supported.contains(&name),
+                    "corpus operator `{name}` is not implemented"
+                );
+            }
+        }
+    }
+}
+
+mod props {
+    //! Broadcasting and transposition on random shapes against a naive evaluation in the test:
+    //! `transpose(where(c, subtract(x, y), y), perm)` where `c` and `y` broadcast to `x`'s shape.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ty(dims: &[usize], dtype: &str) -> String {
+        if dims.is_empty() {
+            return dtype.to_string();
+        }
+        let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+        format!("Tensor[({}), {dtype}]", d.join(", "))
+    }
+
+    /// The flat index of `coord` (of the output shape) in an operand of shape `dims`,
+    /// broadcast at the trailing axes.
+    fn index(dims: &[usize], coord: &[usize]) -> usize {
+        let off = coord.len() - dims.len();
+        dims.iter().enumerate().fold(0, |acc, (k, &d)| {
+            acc * d + if d == 1 { 0 } else { coord[off + k] }
+        })
+    }
+
+    fn shapes() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>)> {
+        (0usize..=4)
+            .prop_flat_map(|r| {
+                (
+                    prop::collection::vec(0usize..=3, r),
+                    prop::collection::vec(any::<bool>(), r),
+                    0..=r,
+                    prop::collection::vec(any::<bool>(), r),
+                    0..=r,
+                    Just((0..r).collect::<Vec<usize>>()).prop_shuffle(),
+                )
+            })
+            .prop_map(|(out, cmask, cr, ymask, yr, perm)| {
+                let r = out.len();
+                let sub = |mask: &[bool], k: usize| -> Vec<usize> {
+                    (r - k..r)
+                        .map(|i| if mask[i] { out[i] } else { 1 })
+                        .collect()
+                };
+                (sub(&cmask, cr), sub(&ymask, yr), out.clone(), perm)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 128,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn broadcasting_and_transposes_match_a_naive_evaluation((cd, yd, xd, perm) in shapes()) {
+            let axes: Vec<String> = perm.iter().map(|p| p.to_string()).collect();
+            let text = format!(
+                "#[version = \"0.0.5\"]\ndef @main(%c: {}, %x: {}, %y: {}) {{\n  %0 = subtract(%x, %y);\n  %1 = where(%c, %0, %y);\n  transpose(%1, axes=[{}])\n}}\n",
+                ty(&cd, "bool"), ty(&xd, "float32"), ty(&yd, "float32"), axes.join(", ")
+            );
+            let m = load_text_ok("prop.relay", &text);
+            let n = |d: &[usize]| d.iter().product::<usize>();
+            let c: Vec<u8> = (0..n(&cd)).map(|i| (i * 5 % 3 == 0) as u8).collect();
+            let x: Vec<f32> = (0..n(&xd)).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+            let y: Vec<f32> = (0..n(&yd)).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
+            let inputs = vec![
+                Arc::new(Tensor::from_bytes(DType::BOOL, &cd, &c).unwrap()),
+                Arc::new(Tensor::from_slice(DType::F32, &xd, &x).unwrap()),
+                Arc::new(Tensor::from_slice(DType::F32, &yd, &y).unwrap()),
+            ];
+            let w = Weights::new(0);
+            let mw = w.for_module(&m);
+            let ex = executor::compile(&m, &mw, &Options::default()).unwrap();
+            let out = ex.run(&inputs).unwrap();
+            let got = out.value.as_tensor().unwrap().clone();
+            // Naive: the untransposed result at every coordinate, then permuted.
+            let r = xd.len();
+            let tdims: Vec<usize> = perm.iter().map(|&p| xd[p]).collect();
+            prop_assert_eq!(got.shape(), tdims.as_slice());
+            let total = n(&xd);
+            let mut coord = vec![0usize; r];
+            for _ in 0..total {
+                let v = if c[index(&cd, &coord)] != 0 {
+                    x[index(&xd, &coord)] - y[index(&yd, &coord)]
+                } else {
+                    y[index(&yd, &coord)]
+                };
+                let tcoord: Vec<usize> = perm.iter().map(|&p| coord[p]).collect();
+                let at = index(&tdims, &tcoord);
+                prop_assert_eq!(got.as_slice::<f32>()[at], v);
+                for k in (0..r).rev() {
+                    coord[k] += 1;
+                    if coord[k] < xd[k] {
+                        break;
+                    }
+                    coord[k] = 0;
+                }
+            }
+        }
+    }
+}

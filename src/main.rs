@@ -68,6 +68,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -111,6 +113,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Write the partitioned program here (atomically) instead of printing it.
         #[arg(short = 'o', long = "output", value_name = "OUT.relay")]
         output: Option<PathBuf>,
@@ -257,6 +261,37 @@ enum GenerateModel {
     },
 }
 
+/// The bounds of candidate enumeration (reaching one is an error, E2201–E2203).
+#[derive(clap::Args, Debug)]
+struct Bounds {
+    /// E-nodes the equivalences may add to the e-graph.
+    #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_enodes: u64,
+    /// Rounds of equivalence application before the e-graph must be saturated.
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_egraph_iters: u64,
+    /// Candidates one rule of a target may hold (the unions combining builds included).
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_CANDIDATES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_candidates: u64,
+}
+
+/// The enumeration limits of a command line.
+fn limits(tvm_max_depth: u32, byoc_max_depth: u32, b: &Bounds) -> collage::enumerate::Limits {
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    collage::enumerate::Limits {
+        tvm_max_depth: tvm_max_depth.max(1),
+        byoc_max_depth: byoc_max_depth.max(1),
+        max_enodes: size(b.max_enodes),
+        max_egraph_iters: size(b.max_egraph_iters),
+        max_candidates: size(b.max_candidates),
+    }
+}
+
 /// How a command that prints a module prints it (flattened into each such command).
 #[derive(clap::Args, Clone, Copy, Debug)]
 struct ModuleOutput {
@@ -359,12 +394,10 @@ fn run(cli: Cli) -> Outcome {
             targets,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             json,
         } => {
-            let limits = collage::enumerate::Limits {
-                tvm_max_depth: tvm_max_depth.max(1),
-                byoc_max_depth: byoc_max_depth.max(1),
-            };
+            let limits = limits(tvm_max_depth, byoc_max_depth, &bounds);
             driver::candidates_command(&model, &rules, &targets, limits, json)
         }
         Command::PlanDevices {
@@ -396,6 +429,7 @@ fn run(cli: Cli) -> Outcome {
             cost_timeout,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             output,
             format,
             dot,
@@ -416,10 +450,7 @@ fn run(cli: Cli) -> Outcome {
                 targets,
                 costs,
                 cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: collage::enumerate::Limits {
-                    tvm_max_depth: tvm_max_depth.max(1),
-                    byoc_max_depth: byoc_max_depth.max(1),
-                },
+                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
                 output,
                 format: match format {
                     FormatArg::Table => driver::partition::Format::Table,

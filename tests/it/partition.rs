@@ -758,8 +758,8 @@ fn table_costs_by_fingerprint_with_fallback() {
 /// progress bar). Colours and the cost in each label are not checked.
 #[test]
 fn dot_picture_has_a_cluster_per_partition() {
-    let dir = std::env::temp_dir().join(format!("collage-dot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let dot = dir.join("mnist.dot");
     let json = collage([
         "partition".as_ref(),
@@ -778,7 +778,6 @@ fn dot_picture_has_a_cluster_per_partition() {
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let parts = report["functions"][0]["partitions"].as_array().unwrap();
     let text = std::fs::read_to_string(&dot).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(text.starts_with("digraph partitioning {"), "{text}");
     assert_eq!(
         text.matches("subgraph cluster_").count(),

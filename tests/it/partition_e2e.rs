@@ -505,8 +505,8 @@ impl Ctx<'_> {
 #[test]
 fn partition_scenarios() {
     let base = root().join("tests/fixtures/partition");
-    let tmp = std::env::temp_dir().join(format!("collage-partition-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).expect("a temporary directory");
+    let tmp_dir = tempfile::tempdir().expect("a temporary directory");
+    let tmp = tmp_dir.path().to_path_buf();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&base)
         .expect("the fixture directory")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -534,7 +534,6 @@ fn partition_scenarios() {
             runs += 1;
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
     assert!(
         failed.is_empty(),
         "failed runs (see the panics above): {failed:#?}"

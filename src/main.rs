@@ -207,6 +207,21 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
+        /// What runs the native partitions: generated code (`native`, the default) or the
+        /// reference interpreter (`reference`, the oracle).
+        #[arg(long, value_enum, default_value_t = BackendArg::Native)]
+        backend: BackendArg,
+        /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
+        /// else `~/.cache/collage`).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// The time limit of one C compiler run, in seconds (default 300).
+        #[arg(long, value_name = "SECS")]
+        compile_timeout: Option<f64>,
+        /// Also run the model on the reference interpreter and compare the outputs (default
+        /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
+        #[arg(long)]
+        check_reference: bool,
     },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
@@ -275,6 +290,15 @@ enum FormatArg {
     Table,
     /// JSON.
     Json,
+}
+
+/// What runs the native partitions of `collage run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// Generated code, compiled by the system C compiler.
+    Native,
+    /// The reference interpreter.
+    Reference,
 }
 
 fn main() -> ExitCode {
@@ -440,6 +464,10 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend,
+            cache_dir,
+            compile_timeout,
+            check_reference,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -455,6 +483,13 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend: match backend {
+                BackendArg::Native => driver::run::BackendChoice::Native,
+                BackendArg::Reference => driver::run::BackendChoice::Reference,
+            },
+            cache_dir,
+            compile_timeout,
+            check_reference,
         }),
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {

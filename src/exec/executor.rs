@@ -278,6 +278,7 @@ pub fn compile(
         inner: consts,
         seen: Mutex::new(BTreeMap::new()),
     };
+    precompile(m, main, opts, &counting).map_err(|u| one(u.to_diagnostic()))?;
     let mut policy = TopPolicy {
         opts,
         consts: &counting,
@@ -305,6 +306,70 @@ pub fn compile(
         warnings,
         threads,
     })
+}
+
+/// Hands every native unit of `@main` (its groups and its calls of `Primitive=1` functions)
+/// to the native backends at once, so that they can compile them together.
+fn precompile(
+    m: &Module,
+    main: FuncId,
+    opts: &Options,
+    consts: &dyn ConstantSource,
+) -> Result<(), Unsupported> {
+    let natives = opts.backends.for_compiler(None);
+    if natives.is_empty() {
+        return Ok(());
+    }
+    let groups = match &opts.grouping {
+        Some(g) => {
+            crate::exec::program::group_units(m, &Region::function(m, main), g.groups(m, main))?
+        }
+        None => Vec::new(),
+    };
+    let mut funcs = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![m.func(main).body];
+    while let Some(e) = stack.pop() {
+        if !seen.insert(e) {
+            continue;
+        }
+        if let crate::ir::Expr::Call {
+            callee: crate::ir::Callee::Expr(c),
+            ..
+        } = m.expr(e)
+        {
+            let f = match m.expr(*c) {
+                crate::ir::Expr::Global(g) => m.globals[g.index()].def,
+                crate::ir::Expr::Func(f) => Some(*f),
+                _ => None,
+            };
+            if let Some(f) = f {
+                let fun = m.func(f);
+                if fun.attr("Compiler").is_none()
+                    && fun.attr("Primitive").and_then(|v| v.as_int()) == Some(1)
+                {
+                    funcs.insert(f);
+                }
+            }
+        }
+        if matches!(m.expr(e), crate::ir::Expr::Func(_)) {
+            continue;
+        }
+        m.for_each_operand(e, |o| stack.push(o));
+    }
+    let mut units: Vec<Unit<'_>> = groups
+        .iter()
+        .map(|group| Unit::Group { module: m, group })
+        .collect();
+    units.extend(
+        funcs
+            .into_iter()
+            .map(|func| Unit::Function { module: m, func }),
+    );
+    for b in natives {
+        b.precompile(&units, consts);
+    }
+    Ok(())
 }
 
 impl Executable {

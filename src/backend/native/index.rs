@@ -129,27 +129,41 @@ impl Ix {
             }
             merged.retain(|(_, k)| *k != 0);
             // Fold a constant atom (an opaque with a one-value range is left alone).
+            // `k·m·(S / (a·m)) + k·((S / a) % m) = k·(S / a)` (with `S / 1 = S`).
             let mut changed = false;
             let mut i = 0;
             'outer: while i < merged.len() {
-                if let Atom::Div(s, d) = &merged[i].0 {
+                if let Atom::Div(s, dd) = &merged[i].0 {
                     let kd = merged[i].1;
-                    if kd % d == 0 {
-                        let want = Atom::Mod(s.clone(), *d);
-                        if let Some(j) = merged.iter().position(|(a, _)| *a == want) {
-                            let km = merged[j].1;
-                            if km * d == kd {
-                                let inner = (**s).clone();
-                                let (hi, lo) = if i > j { (i, j) } else { (j, i) };
-                                merged.remove(hi);
-                                merged.remove(lo);
-                                for (a, k) in inner.terms {
-                                    merged.push((a, k * km));
+                    for j in 0..merged.len() {
+                        let Atom::Mod(t, m) = &merged[j].0 else {
+                            continue;
+                        };
+                        let km = merged[j].1;
+                        if km * m != kd || dd % m != 0 {
+                            continue;
+                        }
+                        let a = dd / m;
+                        let inner: Option<Ix> = if a == 1 {
+                            (**t == **s).then(|| (**t).clone())
+                        } else {
+                            match (t.terms.as_slice(), t.c) {
+                                ([(Atom::Div(u, b), 1)], 0) if *b == a && **u == **s => {
+                                    Some(Ix::atom(Atom::Div(u.clone(), a)))
                                 }
-                                c += inner.c * km;
-                                changed = true;
-                                break 'outer;
+                                _ => None,
                             }
+                        };
+                        if let Some(inner) = inner {
+                            let (hi, lo) = if i > j { (i, j) } else { (j, i) };
+                            merged.remove(hi);
+                            merged.remove(lo);
+                            for (at, k) in inner.terms {
+                                merged.push((at, k * km));
+                            }
+                            c += inner.c * km;
+                            changed = true;
+                            break 'outer;
                         }
                     }
                 }
@@ -477,6 +491,18 @@ mod tests {
             s.contains("((a) / 12L)") && s.contains("((a) % 12L)"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn a_flat_loop_over_a_reshape_reads_contiguously() {
+        let mut v = Vars::default();
+        let j = v.fresh("j", 50 * 32 * 3072);
+        let c = unflat(&Ix::var(j), &[50, 32, 3072], &v);
+        assert_eq!(flat(&c, &[50, 32, 3072]).c(&v), "j");
+        let c = unflat(&Ix::var(j), &[1600, 3072], &v);
+        let f = flat(&c, &[1600, 3072]);
+        let back = unflat(&f, &[50, 32, 3072], &v);
+        assert_eq!(flat(&back, &[50, 32, 3072]).c(&v), "j");
     }
 
     #[test]

@@ -346,11 +346,7 @@ impl Native {
     }
 
     /// Compiles kernels in batches, several compilers at once.
-    fn compile_all(
-        &self,
-        cache: &Cache,
-        missing: Vec<Pending>,
-    ) -> Results {
+    fn compile_all(&self, cache: &Cache, missing: Vec<Pending>) -> Results {
         let compiler = match self.compiler() {
             Ok(c) => c.clone(),
             Err(e) => {
@@ -393,12 +389,7 @@ impl Native {
 
     /// Compiles one batch; when it fails for a reason other than the compiler being unusable,
     /// each kernel is compiled alone so that one bad kernel does not take the others down.
-    fn compile_batch(
-        &self,
-        compiler: &Compiler,
-        cache: &Cache,
-        batch: &[Pending],
-    ) -> Results {
+    fn compile_batch(&self, compiler: &Compiler, cache: &Cache, batch: &[Pending]) -> Results {
         match self.build(compiler, cache, batch) {
             Ok(codes) => batch
                 .iter()

@@ -79,6 +79,9 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId) {
             if g.c / g.groups == 1 && g.groups > 1 {
                 return depthwise(cx, a, r, d, w, g);
             }
+            if g.o / g.groups >= cx.isa.vl && conv_implicit(cx, a, r, d, w, g) {
+                return;
+            }
             Kind::Conv(d, w, g)
         }
         _ => {
@@ -941,4 +944,323 @@ fn depthwise(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: 
     cx.close();
     cx.close();
     cx.per_thread = cx.per_thread.max((ph * pw + g.ow + 16) * 4);
+}
+
+/// A convolution as an implicit GEMM: `C (pixels × output channels) = A (pixels × taps) ·
+/// W (taps × output channels)`, where row `p` of `A` is read straight from the (zero-padded)
+/// input through a table of tap offsets, so no im2col matrix is built. Output channels are the
+/// vector lanes (`NR` per panel, weights packed into `[group][panel][K][NR]`, once per call
+/// site when they are constant); `MR` pixels are the rows of the register tile. Returns `false`
+/// when the offsets do not fit in 32 bits (the im2col path is used instead).
+fn conv_implicit(
+    cx: &mut Cx<'_>,
+    a: NodeId,
+    r: NodeId,
+    data: NodeId,
+    w: NodeId,
+    g: ConvGeom,
+) -> bool {
+    let isa = cx.isa;
+    let (mr, nr) = (isa.mr, isa.nr);
+    let og = g.o / g.groups;
+    let cg = g.c / g.groups;
+    let k = cg * g.kh * g.kw;
+    let np_ = g.oh * g.ow;
+    let tiles = np_.div_ceil(mr);
+    let panels = og.div_ceil(nr);
+    let batch = g.n * g.groups;
+    if batch * np_ * og == 0 || k == 0 {
+        return false;
+    }
+    let hp = (g.oh - 1) * g.stride.0 + (g.kh - 1) * g.dilation.0 + 1;
+    let wp = (g.ow - 1) * g.stride.1 + (g.kw - 1) * g.dilation.1 + 1;
+    // The input is read in place when it is a float32 buffer that needs no padding.
+    let direct = match cx.buffer_of(data) {
+        Some(b)
+            if g.pad == (0, 0)
+                && hp <= g.h
+                && wp <= g.w
+                && cx.node(data).dtype == crate::ir::DType::F32 =>
+        {
+            Some(b)
+        }
+        _ => None,
+    };
+    let (hh, ww) = if direct.is_some() {
+        (g.h, g.w)
+    } else {
+        (hp, wp)
+    };
+    let plane = hh * ww;
+    if (g.c * plane) as u64 >= i32::MAX as u64 {
+        return false;
+    }
+    cx.features.insert(Feature::Ukri(mr, nr));
+    let flops = 2 * batch * og * np_ * k;
+    let par = cx.parallel_for(flops / 16);
+    // The padded input.
+    let xp = match direct {
+        Some(b) => b,
+        None => {
+            let off = cx.scratch_total.next_multiple_of(64);
+            cx.scratch_total = off + g.n * g.c * plane * 4;
+            let name = cx.fresh("Xp");
+            cx.line(format!("float* restrict {name} = (float*)(S + {off}L);"));
+            let (nn, cc) = (cx.fresh("n"), cx.fresh("c"));
+            let nv = cx.vars.fresh(nn.clone(), g.n);
+            let cv = cx.vars.fresh(cc.clone(), g.c);
+            if cx.parallel_for(g.n * g.c * plane) {
+                cx.omp(2);
+            }
+            cx.open(format!("for (long {nn} = 0; {nn} < {}L; {nn}++)", g.n));
+            cx.open(format!("for (long {cc} = 0; {cc} < {}L; {cc}++)", g.c));
+            let (y, x) = (cx.fresh("y"), cx.fresh("x"));
+            cx.open(format!("for (long {y} = 0; {y} < {hh}L; {y}++)"));
+            let iy = cx.fresh("iy");
+            cx.line(format!("const long {iy} = {y} - {}L;", g.pad.0));
+            cx.open(format!("for (long {x} = 0; {x} < {ww}L; {x}++)"));
+            let ix = cx.fresh("ix");
+            cx.line(format!("const long {ix} = {x} - {}L;", g.pad.1));
+            let v = cx.fresh("v");
+            cx.line(format!("float {v} = 0.0f;"));
+            cx.open(format!(
+                "if ({iy} >= 0 && {iy} < {}L && {ix} >= 0 && {ix} < {}L)",
+                g.h, g.w
+            ));
+            let xv = cx.val(
+                data,
+                &[
+                    Ix::var(nv),
+                    Ix::var(cv),
+                    Ix::opaque(iy.clone(), 0, g.h as i64 - 1),
+                    Ix::opaque(ix.clone(), 0, g.w as i64 - 1),
+                ],
+            );
+            cx.line(format!("{v} = {};", super::scalar::convert(&xv, Class::F)));
+            cx.close();
+            cx.line(format!(
+                "{name}[(({nn} * {}L + {cc}) * {hh}L + {y}) * {ww}L + {x}] = {v};",
+                g.c
+            ));
+            cx.close();
+            cx.close();
+            cx.close();
+            cx.close();
+            name
+        }
+    };
+    // Tap offsets.
+    let off = cx.scratch_total.next_multiple_of(64);
+    cx.scratch_total = off + k * 4;
+    let offs = cx.fresh("off");
+    cx.line(format!("int* restrict {offs} = (int*)(S + {off}L);"));
+    let kk = cx.fresh("kk");
+    let taps = g.kh * g.kw;
+    cx.line(format!(
+        "for (long {kk} = 0; {kk} < {k}L; {kk}++) {offs}[{kk}] = (int)(({kk} / {taps}L) * {plane}L + (({kk} / {}L) % {}L) * {}L + ({kk} % {}L) * {}L);",
+        g.kw,
+        g.kh,
+        g.dilation.0 * ww,
+        g.kw,
+        g.dilation.1
+    ));
+    // Weights.
+    let wfloats = g.groups * panels * k * nr;
+    let pre = pack_weights_fn(cx, w, g, nr, wfloats);
+    let bp = match pre {
+        Some(j) => format!("((const float*)P[{j}])"),
+        None => {
+            let off = cx.scratch_total.next_multiple_of(64);
+            cx.scratch_total = off + wfloats * 4;
+            cx.line(format!("float* restrict Wp = (float*)(S + {off}L);"));
+            pack_weights(cx, w, g, nr, "Wp", par);
+            "Wp".to_string()
+        }
+    };
+    // Tasks: blocks of pixel tiles times chunks of panels.
+    const T: usize = 16;
+    let (npb, ncb) = if tiles >= 2 * T || !par {
+        (if par { T.min(tiles) } else { 1 }, 1)
+    } else {
+        let ncb = panels.min(T);
+        (T.div_ceil(ncb).min(tiles), ncb)
+    };
+    let tpb = tiles.div_ceil(npb);
+    let npb = tiles.div_ceil(tpb);
+    let ppc = panels.div_ceil(ncb);
+    let ncb = panels.div_ceil(ppc);
+    let (bn, pb, cb) = (cx.fresh("bb"), cx.fresh("pb"), cx.fresh("cb"));
+    let bv = cx.vars.fresh(bn.clone(), batch);
+    if par {
+        cx.omp(3);
+    }
+    cx.open(format!("for (long {bn} = 0; {bn} < {batch}L; {bn}++)"));
+    cx.open(format!("for (long {pb} = 0; {pb} < {npb}L; {pb}++)"));
+    cx.open(format!("for (long {cb} = 0; {cb} < {ncb}L; {cb}++)"));
+    cx.line(format!(
+        "float ct[{}] __attribute__((aligned(64)));",
+        mr * nr
+    ));
+    cx.line(format!("const float* xa[{mr}];"));
+    let grp = cx.fresh("g");
+    cx.line(format!("const long {grp} = {bn} % {}L;", g.groups));
+    let xb = cx.fresh("xb");
+    cx.line(format!(
+        "const float* restrict {xb} = {xp} + (({bn} / {}L) * {}L + {grp} * {cg}L) * {plane}L;",
+        g.groups, g.c
+    ));
+    let (pn, t) = (cx.fresh("pn"), cx.fresh("t"));
+    cx.open(format!(
+        "for (long {pn} = {cb} * {ppc}L; {pn} < ({cb} + 1) * {ppc}L && {pn} < {panels}L; {pn}++)"
+    ));
+    cx.open(format!(
+        "for (long {t} = {pb} * {tpb}L; {t} < ({pb} + 1) * {tpb}L && {t} < {tiles}L; {t}++)"
+    ));
+    let p0 = cx.fresh("p0");
+    cx.line(format!("const long {p0} = {t} * {mr}L;"));
+    cx.open(format!("for (long i = 0; i < {mr}L; i++)"));
+    cx.line(format!(
+        "const long pp = {p0} + i < {np_}L ? {p0} + i : {}L;",
+        np_ - 1
+    ));
+    cx.line(format!(
+        "xa[i] = {xb} + (pp / {ow}L) * {}L + (pp % {ow}L) * {}L;",
+        g.stride.0 * ww,
+        g.stride.1,
+        ow = g.ow
+    ));
+    cx.close();
+    cx.line(format!(
+        "ukri_{mr}x{nr}({k}L, xa, {offs}, {bp} + ({grp} * {panels}L + {pn}) * {}L, ct);",
+        k * nr
+    ));
+    // Epilogue: channel by channel, pixels contiguous.
+    let (jl, il) = (cx.fresh("jl"), cx.fresh("il"));
+    cx.line(format!(
+        "const long {jl} = {og}L - {pn} * {nr}L < {nr}L ? {og}L - {pn} * {nr}L : {nr}L;"
+    ));
+    cx.line(format!(
+        "const long {il} = {np_}L - {p0} < {mr}L ? {np_}L - {p0} : {mr}L;"
+    ));
+    let (jj, ii) = (cx.fresh("tj"), cx.fresh("ti"));
+    cx.open(format!("for (long {jj} = 0; {jj} < {jl}; {jj}++)"));
+    let ocn = cx.fresh("go");
+    cx.line(format!(
+        "const long {ocn} = {grp} * {og}L + {pn} * {nr}L + {jj};"
+    ));
+    let ocv = cx.vars.fresh(ocn.clone(), g.o);
+    cx.open(format!("for (long {ii} = 0; {ii} < {il}; {ii}++)"));
+    let pn_ = cx.fresh("gp");
+    cx.line(format!("const long {pn_} = {p0} + {ii};"));
+    let pv = cx.vars.fresh(pn_.clone(), np_);
+    let acc = cx.bind(CV::new(format!("ct[{ii} * {nr} + {jj}]"), Class::F));
+    let coords = [
+        Ix::var(bv).div(g.groups as i64, &cx.vars),
+        Ix::var(ocv),
+        Ix::var(pv).div(g.ow as i64, &cx.vars),
+        Ix::var(pv).rem(g.ow as i64, &cx.vars),
+    ];
+    cx.epilogue(a, r, acc, &coords);
+    cx.close_n(7);
+    true
+}
+
+/// Generates the pack function of an implicit convolution's weights when they read only
+/// kernel arguments.
+fn pack_weights_fn(
+    cx: &mut Cx<'_>,
+    w: NodeId,
+    g: ConvGeom,
+    nr: usize,
+    floats: usize,
+) -> Option<usize> {
+    let args = operand_args(cx, w)?;
+    if args.is_empty() {
+        return None;
+    }
+    let j = cx.packs.len();
+    cx.packs.push(super::Pack {
+        args,
+        bytes: floats * 4,
+    });
+    let saved_text = std::mem::take(&mut cx.text);
+    let saved_indent = cx.indent;
+    let saved_memo = std::mem::replace(&mut cx.memo, vec![Default::default()]);
+    cx.in_pack = true;
+    cx.indent = 0;
+    cx.line(format!(
+        "void {}_pack{j}(void* const* restrict A, float* restrict D, int nt) {{",
+        super::SYM
+    ));
+    cx.indent = 1;
+    cx.line("int err = 0; (void)err; (void)nt;");
+    for (i, a) in cx.g().args.iter().enumerate() {
+        let t = super::scalar::storage(a.shape.dtype);
+        cx.line(format!(
+            "const {t}* restrict {} = (const {t}*)A[{i}]; (void){};",
+            Cx::arg_name(i),
+            Cx::arg_name(i)
+        ));
+    }
+    let par = cx.parallel_for(floats);
+    pack_weights(cx, w, g, nr, "D", par);
+    cx.indent = 0;
+    cx.line("}");
+    let text = std::mem::replace(&mut cx.text, saved_text);
+    cx.pack_fns.push_str(&text);
+    cx.indent = saved_indent;
+    cx.memo = saved_memo;
+    cx.in_pack = false;
+    Some(j)
+}
+
+/// Packs convolution weights into `dst` as `[group][panel][K][NR]` (output channels in the
+/// lanes, zero beyond the group's channels).
+fn pack_weights(cx: &mut Cx<'_>, w: NodeId, g: ConvGeom, nr: usize, dst: &str, par: bool) {
+    let og = g.o / g.groups;
+    let cg = g.c / g.groups;
+    let k = cg * g.kh * g.kw;
+    let panels = og.div_ceil(nr);
+    let (gn, pn, kk, j) = (
+        cx.fresh("wg"),
+        cx.fresh("wp"),
+        cx.fresh("wk"),
+        cx.fresh("wj"),
+    );
+    if par {
+        cx.omp(2);
+    }
+    cx.open(format!("for (long {gn} = 0; {gn} < {}L; {gn}++)", g.groups));
+    cx.open(format!("for (long {pn} = 0; {pn} < {panels}L; {pn}++)"));
+    cx.open(format!("for (long {j} = 0; {j} < {nr}L; {j}++)"));
+    let oc = cx.fresh("oc");
+    cx.line(format!("const long {oc} = {pn} * {nr}L + {j};"));
+    let dst_at = format!("{dst}[(({gn} * {panels}L + {pn}) * {k}L + {kk}) * {nr}L + {j}]");
+    cx.open(format!("if ({oc} < {og}L)"));
+    let gv = cx.vars.fresh(gn.clone(), g.groups);
+    let ov = cx.vars.fresh(oc.clone(), og);
+    cx.open(format!("for (long {kk} = 0; {kk} < {k}L; {kk}++)"));
+    let kv = cx.vars.fresh(kk.clone(), k);
+    let taps = (g.kh * g.kw) as i64;
+    let coords = [
+        Ix::var(gv).scale(og as i64).add(&Ix::var(ov)),
+        Ix::var(kv).div(taps, &cx.vars),
+        Ix::var(kv)
+            .div(g.kw as i64, &cx.vars)
+            .rem(g.kh as i64, &cx.vars),
+        Ix::var(kv).rem(g.kw as i64, &cx.vars),
+    ];
+    let v = cx.val(w, &coords);
+    cx.line(format!(
+        "{dst_at} = {};",
+        super::scalar::convert(&v, Class::F)
+    ));
+    cx.close();
+    cx.close();
+    cx.line(format!(
+        "else for (long {kk} = 0; {kk} < {k}L; {kk}++) {dst_at} = 0.0f;"
+    ));
+    cx.close();
+    cx.close();
+    cx.close();
 }

@@ -596,6 +596,17 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// The C name of a buffer holding node `n`'s value in row-major order (an argument or a
+    /// computed home), if there is one.
+    pub fn buffer_of(&self, n: NodeId) -> Option<String> {
+        match self.node(n).op {
+            NOp::Arg(i) => Some(Cx::arg_name(i)),
+            _ if self.plan.fused[n] || self.defining == Some(n) || self.in_pack => None,
+            NOp::Reshape(a) => self.buffer_of(a),
+            _ => self.home_name(n),
+        }
+    }
+
     /// Stores value `v` at coordinates `ix` of node `x`'s home.
     pub fn store(&mut self, x: NodeId, ix: &[Ix], v: &CV) {
         let Some(buf) = self.home_name(x) else {

@@ -57,6 +57,8 @@ impl Isa {
 pub enum Feature {
     /// The `mr × nr` micro-kernel.
     Ukr(usize, usize),
+    /// The `mr × nr` indirect micro-kernel (rows of `A` read through pointers and offsets).
+    Ukri(usize, usize),
 }
 
 const HEAD: &str = r#"#include <stdint.h>
@@ -117,6 +119,7 @@ pub fn prelude(isa: Isa, features: &BTreeSet<Feature>) -> String {
     for f in features {
         match *f {
             Feature::Ukr(mr, nr) => ukr(&mut s, isa, mr, nr),
+            Feature::Ukri(mr, nr) => ukri(&mut s, isa, mr, nr),
         }
     }
     s
@@ -154,6 +157,47 @@ fn ukr(s: &mut String, isa: Isa, mr: usize, nr: usize) {
     for i in 0..mr {
         for v in 0..nv {
             let _ = writeln!(s, "  *(vfu*)(C + {} ) = c{i}_{v};", i * nr + v * vl);
+        }
+    }
+    let _ = writeln!(s, "}}");
+}
+
+/// The `mr × nr` indirect micro-kernel of implicit-GEMM convolutions:
+/// `C[i][nr] = Σ_k X[i][off[k]] · B[k][nr]`, row `i` of `A` being the input pixels under the taps
+/// of output pixel `i` (`X[i]` points at its window, `off[k]` is tap `k`'s offset).
+fn ukri(s: &mut String, isa: Isa, mr: usize, nr: usize) {
+    let nv = nr / isa.vl;
+    let vl = isa.vl;
+    let _ = writeln!(
+        s,
+        "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
+    );
+    for i in 0..mr {
+        let _ = writeln!(s, "  const float* restrict x{i} = X[{i}];");
+        for v in 0..nv {
+            let _ = writeln!(s, "  vf c{i}_{v} = {{0}};");
+        }
+    }
+    let _ = writeln!(s, "  for (long k = 0; k < K; k++) {{");
+    let _ = writeln!(s, "    const long o = off[k];");
+    for v in 0..nv {
+        let _ = writeln!(
+            s,
+            "    const vf b{v} = *(const vfu*)(B + k * {nr} + {});",
+            v * vl
+        );
+    }
+    for i in 0..mr {
+        let _ = writeln!(s, "    {{ const float a = x{i}[o];");
+        for v in 0..nv {
+            let _ = writeln!(s, "      c{i}_{v} += a * b{v};");
+        }
+        let _ = writeln!(s, "    }}");
+    }
+    let _ = writeln!(s, "  }}");
+    for i in 0..mr {
+        for v in 0..nv {
+            let _ = writeln!(s, "  *(vfu*)(C + {}) = c{i}_{v};", i * nr + v * vl);
         }
     }
     let _ = writeln!(s, "}}");

@@ -12,6 +12,7 @@ pub mod driver;
 pub mod dsl;
 pub mod enumerate;
 pub mod exec;
+pub mod ffi;
 pub mod fuse;
 pub mod gen;
 pub mod ir;

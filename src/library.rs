@@ -16,6 +16,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     ),
     ("rules/dnnl.rules", include_str!("../rules/dnnl.rules")),
     (
+        "rules/openblas.rules",
+        include_str!("../rules/openblas.rules"),
+    ),
+    (
         "rules/tensorrt.rules",
         include_str!("../rules/tensorrt.rules"),
     ),

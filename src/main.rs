@@ -170,8 +170,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
-    /// latency and peak memory.
+    /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
+    /// native operators as generated code, everything else on the reference interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -207,9 +207,10 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
-        /// What runs the native partitions: generated code (`native`, the default) or the
-        /// reference interpreter (`reference`, the oracle).
-        #[arg(long, value_enum, default_value_t = BackendArg::Native)]
+        /// Which backends run the model: `auto` (each partition on the backend of its target
+        /// where this machine has it: the native operators as generated code) or `reference`
+        /// (everything on the reference interpreter, the oracle).
+        #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
         backend: BackendArg,
         /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
         /// else `~/.cache/collage`).
@@ -222,6 +223,13 @@ enum Command {
         /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
         #[arg(long)]
         check_reference: bool,
+    },
+    /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
+    /// OpenBLAS): whether each is available, its library and version.
+    Backends {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+        format: FormatArg,
     },
     /// Generate a large model as RelayScript, for scaling benchmarks.
     Generate {
@@ -292,12 +300,13 @@ enum FormatArg {
     Json,
 }
 
-/// What runs the native partitions of `collage run`.
+/// `collage run --backend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum BackendArg {
-    /// Generated code, compiled by the system C compiler.
-    Native,
-    /// The reference interpreter.
+    /// Every partition on the backend for its target where this machine has it (the native
+    /// operators as generated code, compiled by the system C compiler).
+    Auto,
+    /// Everything on the reference interpreter.
     Reference,
 }
 
@@ -484,13 +493,16 @@ fn run(cli: Cli) -> Outcome {
             rtol,
             atol,
             backend: match backend {
-                BackendArg::Native => driver::run::BackendChoice::Native,
+                BackendArg::Auto => driver::run::BackendChoice::Auto,
                 BackendArg::Reference => driver::run::BackendChoice::Reference,
             },
             cache_dir,
             compile_timeout,
             check_reference,
         }),
+        Command::Backends { format } => {
+            driver::backends::backends_command(format == FormatArg::Json)
+        }
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {
                 driver::generate_command(driver::Generated::Gpt2 { layers }, output.as_deref())

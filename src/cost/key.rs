@@ -23,6 +23,8 @@ pub struct Signatures {
     param: Vec<u32>,
     /// Interned attribute lists of nested functions.
     attrs: rustc_hash::FxHashMap<FnAttrs, u32>,
+    /// Interned meta table keys (`relay.Constant`) of constants kept in extracted functions.
+    meta_keys: Vec<String>,
 }
 
 const INSIDE: u32 = 1 << 31;
@@ -43,7 +45,12 @@ impl Signatures {
             }
         }
         let attrs = Default::default();
-        Signatures { id, param, attrs }
+        Signatures {
+            id,
+            param,
+            attrs,
+            meta_keys: Vec::new(),
+        }
     }
 
     /// The key of a candidate.
@@ -54,14 +61,30 @@ impl Signatures {
     }
 
     /// The key of the function a candidate is extracted into: equal keys mean equal extracted
-    /// functions (parameter for parameter), so one global can serve both call sites. Unlike
-    /// [`Signatures::key`], the inside nodes and the parameters are numbered in the order of
-    /// the extraction walk ([`crate::enumerate::extract::walk`]), which depends only on the
-    /// structure: sub-graphs whose nodes sit in another order in the graph but that extract into
-    /// the same function get the same key.
+    /// functions (parameter for parameter, constants included), so one global can serve both
+    /// call sites. Unlike [`Signatures::key`], the inside nodes and the parameters are numbered
+    /// in the order of the extraction walk ([`crate::enumerate::extract::walk`]), which depends
+    /// only on the structure: sub-graphs whose nodes sit in another order in the graph but that
+    /// extract into the same function get the same key. The tensor constants inside the
+    /// candidate (which extraction keeps in the function's body, as patterns matching `const`
+    /// do) are named by their meta table entry, in walk order.
     pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
         self.function(g, &c.sub_graph, &mut out);
+        for i in crate::enumerate::extract::walk(g, &c.sub_graph).members {
+            if let Some(Expr::Const(Constant::Meta { key, index, .. })) =
+                g.expr(i).map(|e| g.module.expr(e))
+            {
+                let k = match self.meta_keys.iter().position(|x| x == key) {
+                    Some(k) => k,
+                    None => {
+                        self.meta_keys.push(key.clone());
+                        self.meta_keys.len() - 1
+                    }
+                };
+                out.extend([u32::MAX - 1, k as u32, *index]);
+            }
+        }
         out
     }
 
@@ -356,5 +379,38 @@ mod tests {
         assert_eq!(prints[0], prints[1]);
         assert_ne!(keys[0], keys[2]);
         assert_ne!(prints[0], prints[2]);
+    }
+
+    #[test]
+    fn constants_inside_a_function_name_it() {
+        let text = "#[version = \"0.0.5\"]\n\
+            def @main(%x: Tensor[(2, 2), float32]) {\n  \
+            %0 = multiply(%x, meta[relay.Constant][0] /* ty=Tensor[(2), float32] */);\n  \
+            %1 = multiply(%0, meta[relay.Constant][1] /* ty=Tensor[(2), float32] */);\n  \
+            (%0, %1)\n}\n";
+        let m = crate::relay::load_text(text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let muls: Vec<usize> = (0..g.len()).filter(|&i| g.label[i] == "multiply").collect();
+        assert_eq!(muls.len(), 2);
+        // Each multiply with its constant inside, as a pattern matching `const` makes it.
+        let with_constant = |i: usize| {
+            let c = g
+                .inputs(i)
+                .iter()
+                .map(|n| n.index())
+                .find(|&j| g.label[j] == "const")
+                .unwrap();
+            Candidate {
+                target: 0,
+                sub_graph: SubGraph::new(&g, IndexSet::from_indices(g.len(), [c, i])),
+                rule_name: String::new(),
+            }
+        };
+        let mut sigs = Signatures::new(&g);
+        let (a, b) = (with_constant(muls[0]), with_constant(muls[1]));
+        // One structure, so one cost; but not one function: the constants differ.
+        assert_eq!(sigs.key(&g, &a), sigs.key(&g, &b));
+        assert_ne!(sigs.function_key(&g, &a), sigs.function_key(&g, &b));
+        assert_eq!(sigs.function_key(&g, &a), sigs.function_key(&g, &a.clone()));
     }
 }

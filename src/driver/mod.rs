@@ -274,6 +274,7 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
     }
 }
 
+pub mod backends;
 mod candidates;
 mod devices;
 mod fuse;

@@ -81,9 +81,9 @@ pub fn reference_tolerance(d: crate::ir::DType) -> (f64, f64) {
 /// functions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// Generated code (FuseOps groups compiled by the C compiler), falling back to the
-    /// interpreter unit by unit.
-    Native,
+    /// Each partition on its target's backend: the native operators as generated code (FuseOps
+    /// groups compiled by the C compiler), falling back to the interpreter unit by unit.
+    Auto,
     /// The reference interpreter, one operator at a time (the oracle).
     Reference,
 }
@@ -243,7 +243,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         }
         None => compile::DEFAULT_TIMEOUT,
     };
-    let native = (req.backend == BackendChoice::Native).then(|| {
+    let native = (req.backend == BackendChoice::Auto).then(|| {
         Arc::new(Native::new(Config {
             threads,
             cache_dir: req.cache_dir.clone(),

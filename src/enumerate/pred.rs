@@ -7,7 +7,7 @@
 
 use super::graph::DataflowGraph;
 use crate::dsl::ast::{BinOp, UnOp};
-use crate::ir::{AttrValue, Callee, DType, Dim, Expr, Type};
+use crate::ir::{AttrValue, Callee, Constant, DType, Dim, Expr, Scalar, Type};
 use crate::ops::registry;
 use crate::ruletree::{Builtin, Lit, Pred, Prop};
 
@@ -217,8 +217,17 @@ fn prop_of(g: &DataflowGraph<'_>, n: usize, prop: Prop) -> V {
     let Some(e) = g.expr(n) else {
         return V::Unknown;
     };
-    if prop == Prop::IsConst {
-        return V::Bool(matches!(g.module.expr(e), Expr::Const(_)));
+    match (prop, g.module.expr(e)) {
+        (Prop::IsConst, x) => return V::Bool(matches!(x, Expr::Const(_))),
+        (Prop::Value, Expr::Const(Constant::Scalar { value, .. })) => {
+            return match value {
+                Scalar::Float(f) => V::Float(*f),
+                Scalar::Int(i) => V::Int(*i),
+                _ => V::Unknown,
+            }
+        }
+        (Prop::Value, _) => return V::Unknown,
+        _ => {}
     }
     let Some(Type::Tensor(t)) = g.module.ty(e) else {
         return V::Unknown;
@@ -235,7 +244,7 @@ fn prop_of(g: &DataflowGraph<'_>, n: usize, prop: Prop) -> V {
                 })
                 .collect(),
         ),
-        Prop::IsConst => V::Unknown,
+        Prop::IsConst | Prop::Value => V::Unknown,
     }
 }
 

@@ -80,6 +80,9 @@ pub struct Executable {
     pub warnings: Vec<Diagnostic>,
     /// Threads in the pool.
     pub threads: usize,
+    /// Whether the program's kernels may open OpenMP regions (any backend besides the
+    /// reference interpreter): the thread that runs them then sets the OpenMP thread count.
+    openmp: bool,
 }
 
 /// The result of one run.
@@ -305,6 +308,7 @@ pub fn compile(
         const_bytes,
         warnings,
         threads,
+        openmp: !opts.backends.list.is_empty(),
     })
 }
 
@@ -412,7 +416,16 @@ impl Executable {
         let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
         let out = self
             .pool
-            .install(|| self.program.run(values, &RunCx { mem: &mem }))
+            .install(|| {
+                // OpenMP's thread count belongs to the calling thread: set it in the one that
+                // runs the kernels, for every library on the shared pool (docs/backends.md).
+                if self.openmp {
+                    if let Ok(omp) = crate::ffi::omp::Omp::shared() {
+                        omp.set_num_threads(self.threads);
+                    }
+                }
+                self.program.run(values, &RunCx { mem: &mem })
+            })
             .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
         Ok(RunOutput {

@@ -9,7 +9,8 @@
 //!   far beyond the lowest uncovered node make the number of states grow exponentially.
 //! * Candidates are priced once per structure and target ([`crate::cost::cache`]); each
 //!   candidate of a target with a `transition` block also pays that target's transition
-//!   penalty ([`transition_penalty`]).
+//!   penalty ([`transition_penalty`]): its dispatch always, the crossing of devices only where
+//!   its data may cross them ([`Crossings`]).
 //! * The search ([`crate::search`]) is exact; baselines are searches over subsets of the same
 //!   candidates with the same costs.
 //! * Finalize ([`finalize`]): touching chosen partitions of the same BYOC target are coalesced
@@ -279,9 +280,10 @@ pub fn partition_on_devices(
     }
     progress.phase("estimating costs", candidates.len());
     let est = cache::estimate_all(g, program, &candidates, estimator, &|d, _| progress.step(d));
+    let crossings = Crossings::new(g, program, &candidates, devices);
     let penalties: Vec<f64> = candidates
         .iter()
-        .map(|c| transition_penalty(g, program, c))
+        .map(|c| transition_penalty(g, program, &crossings, c))
         .collect();
     let items = search_items(&candidates, &est.costs, &penalties);
     // Greedy regions that are not also enumerated candidates take part only as whole greedy
@@ -372,32 +374,232 @@ pub fn partition_on_devices(
     Ok(plan)
 }
 
-/// The transition penalty of a candidate: its target's `transition` latency once, plus the
-/// activations crossing its boundary (values entering from outside, constants excepted, and
-/// values leaving it) at the transition bandwidth. Host candidates pay nothing.
-pub fn transition_penalty(g: &DataflowGraph<'_>, program: &Program, c: &Candidate) -> f64 {
+/// Where the values of a function may live, for pricing transitions: for every node, the
+/// devices its value may be produced on and the devices it may be read on, as far as they can
+/// be known before the search. A candidate's price cannot depend on which neighbours the search
+/// picks, so a value counts as crossing devices when some target that may run the node on the
+/// other side lives on another device: exact when every target that could be a neighbour shares
+/// the candidate's device (the usual single-device case, where nothing is charged), an upper
+/// bound otherwise.
+///
+/// Devices are compared by type and id (`cpu`, `cuda(0)`); a target without a device type may
+/// live anywhere. The value of an operator call lives where the candidates covering it run;
+/// tuples, projections, `on_device` and `device_copy` are looked through (a copy is a host
+/// node: the partitions on both sides of it see each other's devices and pay for the crossing
+/// through their transitions); parameters, constants and the function's result live on their
+/// planned device where the model was planned, else on the host target's device.
+pub struct Crossings {
+    /// The devices in play, by (type, id); bit `k` of a mask is `devices[k]`.
+    devices: Vec<(i32, Option<i32>)>,
+    /// Per node: where its value may be produced.
+    produced: Vec<u64>,
+    /// Per node: where it may read its operands.
+    reads: Vec<u64>,
+}
+
+/// A mask bit meaning "any device".
+const ANYWHERE: u64 = 1 << 63;
+
+impl Crossings {
+    /// The crossings of a function's candidates. `planned` is the planned device of every
+    /// expression, when the model was planned.
+    pub fn new(
+        g: &DataflowGraph<'_>,
+        program: &Program,
+        candidates: &[Candidate],
+        planned: Option<&[VirtualDevice]>,
+    ) -> Crossings {
+        let mut x = Crossings {
+            devices: Vec::new(),
+            produced: vec![0; g.len()],
+            reads: vec![0; g.len()],
+        };
+        let host = program
+            .targets
+            .iter()
+            .find(|t| t.is_host)
+            .map_or(ANYWHERE, |t| x.bit(&t.device));
+        let target_bits: Vec<u64> = program.targets.iter().map(|t| x.bit(&t.device)).collect();
+        // Where the kernels covering each node may run.
+        let mut runs = vec![0u64; g.len()];
+        for c in candidates {
+            if !program.targets[c.target].is_host {
+                for i in c.sub_graph.inside.iter() {
+                    runs[i] |= target_bits[c.target];
+                }
+            }
+        }
+        let placed = |x: &mut Crossings, i: usize| -> u64 {
+            let planned = g
+                .expr(i)
+                .and_then(|e| planned.and_then(|p| p.get(e.index())))
+                .filter(|d| d.device_type.is_some());
+            match planned {
+                Some(d) => x.bit(d),
+                None => host,
+            }
+        };
+        let kernel = |i: usize| if runs[i] == 0 { ANYWHERE } else { runs[i] };
+        // Producers first (post-DFS order puts operands before their users).
+        for i in 0..g.len() {
+            let inputs = || g.inputs(i).iter().map(|n| n.index());
+            let look_through = |x: &Crossings| {
+                inputs().fold(0, |m, j| m | if j < i { x.produced[j] } else { ANYWHERE })
+            };
+            x.produced[i] = match node_role(g, i) {
+                Role::Glue => look_through(&x),
+                Role::Kernel => kernel(i),
+                Role::Leaf => placed(&mut x, i),
+                Role::Root | Role::Other => ANYWHERE,
+            };
+        }
+        // Readers last.
+        for i in (0..g.len()).rev() {
+            let look_through = |x: &Crossings| {
+                let outs = g.outputs(i);
+                if outs.is_empty() {
+                    return host;
+                }
+                outs.iter().fold(0, |m, o| {
+                    let o = o.index();
+                    m | if o > i { x.reads[o] } else { ANYWHERE }
+                })
+            };
+            x.reads[i] = match node_role(g, i) {
+                Role::Glue => look_through(&x),
+                Role::Kernel => kernel(i),
+                Role::Root => {
+                    let body = g.inputs(i).iter().map(|n| n.index()).max();
+                    body.map_or(host, |b| placed(&mut x, b))
+                }
+                Role::Leaf | Role::Other => ANYWHERE,
+            };
+        }
+        x
+    }
+
+    /// The mask bit of a device.
+    fn bit(&mut self, d: &VirtualDevice) -> u64 {
+        let Some(ty) = d.device_type else {
+            return ANYWHERE;
+        };
+        let key = (ty, d.virtual_device_id);
+        let k = match self.devices.iter().position(|&x| x == key) {
+            Some(k) => k,
+            None => {
+                self.devices.push(key);
+                self.devices.len() - 1
+            }
+        };
+        if k < 63 {
+            1 << k
+        } else {
+            ANYWHERE
+        }
+    }
+
+    /// Whether a value that may be on the devices of `mask` crosses to or from `device`.
+    fn crosses(&self, device: &VirtualDevice, mask: u64) -> bool {
+        let Some(ty) = device.device_type else {
+            return true;
+        };
+        match self
+            .devices
+            .iter()
+            .position(|&x| x == (ty, device.virtual_device_id))
+        {
+            Some(k) if k < 63 => mask & !(1u64 << k) != 0,
+            _ => true,
+        }
+    }
+}
+
+/// What a node is to the crossing analysis.
+enum Role {
+    /// A tuple, a projection, an `on_device` annotation or a `device_copy`: no data of its own
+    /// (a copy's data comes from its operand's producer).
+    Glue,
+    /// A call a kernel runs.
+    Kernel,
+    /// A parameter or a constant.
+    Leaf,
+    /// The function node.
+    Root,
+    /// Anything else (function literals, lets, ifs, operator references).
+    Other,
+}
+
+fn node_role(g: &DataflowGraph<'_>, i: usize) -> Role {
+    if g.is_external(i) {
+        return Role::Root;
+    }
+    let Some(e) = g.expr(i) else {
+        return Role::Other;
+    };
+    match g.module.expr(e) {
+        Expr::Tuple(_) | Expr::Proj { .. } => Role::Glue,
+        Expr::Var(_) | Expr::Const(_) => Role::Leaf,
+        Expr::Call {
+            callee: crate::ir::Callee::Op(op),
+            ..
+        } => match crate::ops::registry().get(*op).name {
+            "on_device" | "device_copy" => Role::Glue,
+            _ => Role::Kernel,
+        },
+        Expr::Call { .. } => Role::Kernel,
+        _ => Role::Other,
+    }
+}
+
+/// The transition penalty of a candidate. Its target's `dispatch` is paid by every partition;
+/// where some of its activations cross devices ([`Crossings`]: values entering from another
+/// device, constants excepted, and values read on another device), it also pays the
+/// `latency` once and those activations' bytes at the transition `bandwidth`. Host candidates
+/// pay nothing.
+pub fn transition_penalty(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    crossings: &Crossings,
+    c: &Candidate,
+) -> f64 {
     let t = &program.targets[c.target];
-    if t.is_host || (t.transition.latency.is_none() && t.transition.bandwidth.is_none()) {
+    let tr = &t.transition;
+    if t.is_host || *tr == crate::ruletree::Transition::default() {
         return 0.0;
     }
-    let mut p = t.transition.latency.unwrap_or(0.0);
-    if let Some(bw) = t.transition.bandwidth.filter(|&b| b > 0.0) {
-        let inside = &c.sub_graph.inside;
-        let mut bytes = 0.0;
-        for i in c.sub_graph.input.iter() {
-            let is_const = g
-                .expr(i)
-                .is_some_and(|e| matches!(g.module.expr(e), Expr::Const(_)));
-            if !is_const {
-                bytes += crate::cost::analytic::node_bytes(g, i);
-            }
+    let inside = &c.sub_graph.inside;
+    let mut crossing = false;
+    let mut bytes = 0.0;
+    for i in c.sub_graph.input.iter() {
+        let is_const = g
+            .expr(i)
+            .is_some_and(|e| matches!(g.module.expr(e), Expr::Const(_)));
+        if !is_const && crossings.crosses(&t.device, crossings.produced[i]) {
+            crossing = true;
+            bytes += crate::cost::analytic::node_bytes(g, i);
         }
-        for i in c.sub_graph.exit.iter() {
-            if inside.contains(i) && !g.is_external(i) {
-                bytes += crate::cost::analytic::node_bytes(g, i);
-            }
+    }
+    for i in c.sub_graph.exit.iter() {
+        if !inside.contains(i) || g.is_external(i) {
+            continue;
         }
-        p += bytes / bw;
+        let readers = g
+            .outputs(i)
+            .iter()
+            .map(|o| o.index())
+            .filter(|&o| !inside.contains(o))
+            .fold(0, |m, o| m | crossings.reads[o]);
+        if crossings.crosses(&t.device, readers) {
+            crossing = true;
+            bytes += crate::cost::analytic::node_bytes(g, i);
+        }
+    }
+    let mut p = tr.dispatch.unwrap_or(0.0);
+    if crossing {
+        p += tr.latency.unwrap_or(0.0);
+        if let Some(bw) = tr.bandwidth.filter(|&b| b > 0.0) {
+            p += bytes / bw;
+        }
     }
     p
 }

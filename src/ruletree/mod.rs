@@ -140,6 +140,8 @@ pub enum Prop {
     Rank,
     /// `.is_const`
     IsConst,
+    /// `.value`: the value of a scalar literal constant (`0.5f`, `3i64`)
+    Value,
 }
 
 impl Prop {
@@ -150,6 +152,7 @@ impl Prop {
             Prop::Shape => "shape",
             Prop::Rank => "rank",
             Prop::IsConst => "is_const",
+            Prop::Value => "value",
         }
     }
 }
@@ -295,12 +298,16 @@ pub struct CostParams {
     pub default_efficiency: Option<f64>,
 }
 
-/// The cost of moving data into or out of a target's partitions.
+/// The cost of entering a target's partitions and of moving data into or out of them
+/// (docs/partition.md, "Transition penalties").
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Transition {
-    /// Fixed latency per transition in seconds.
+    /// Seconds every partition pays to enter and leave the target's runtime, wherever its
+    /// data comes from.
+    pub dispatch: Option<f64>,
+    /// Seconds a partition pays once when some of its data crosses to or from another device.
     pub latency: Option<f64>,
-    /// Transfer bandwidth in bytes/s.
+    /// Bytes/s at which the data crossing devices moves.
     pub bandwidth: Option<f64>,
 }
 

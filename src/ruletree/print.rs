@@ -89,7 +89,8 @@ fn target(out: &mut String, p: &Program, t: &Target) {
     if t.transition != Transition::default() {
         let _ = writeln!(
             out,
-            "  transition = latency {}, bandwidth {}",
+            "  transition = dispatch {}, latency {}, bandwidth {}",
+            opt_secs(t.transition.dispatch),
             opt_secs(t.transition.latency),
             opt_num(t.transition.bandwidth, "B/s")
         );

@@ -360,6 +360,7 @@ impl Checker<'_> {
             "shape" => Some((Prop::Shape, PType::List(Box::new(PType::Int)))),
             "rank" => Some((Prop::Rank, PType::Int)),
             "is_const" => Some((Prop::IsConst, PType::Bool)),
+            "value" => Some((Prop::Value, PType::Float)),
             _ => None,
         };
         if let Some((p, t)) = prop {
@@ -374,7 +375,7 @@ impl Checker<'_> {
         let Some(ops) = ops else {
             let d = Diagnostic::error(E1403, format!("`.{}` is not a property of a tensor", field.text))
                 .with_primary(field.span, "unknown field")
-                .with_note("tensors have `dtype`, `shape`, `rank` and `is_const`; operator attributes need a capture bound to a call, as in `nn.conv2d(_, _) as $conv`");
+                .with_note("tensors have `dtype`, `shape`, `rank`, `is_const` and `value`; operator attributes need a capture bound to a call, as in `nn.conv2d(_, _) as $conv`");
             self.report(d);
             return None;
         };

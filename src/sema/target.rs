@@ -487,6 +487,12 @@ impl Checker<'_> {
         let mut ok = true;
         for f in fields {
             match f.key.text.as_str() {
+                "dispatch" => {
+                    t.dispatch = self.quantity(f, "time").or_else(|| {
+                        ok = false;
+                        None
+                    })
+                }
                 "latency" => {
                     t.latency = self.quantity(f, "time").or_else(|| {
                         ok = false;
@@ -505,7 +511,7 @@ impl Checker<'_> {
                         format!("transition blocks have no field `{other}`"),
                     )
                     .with_primary(f.key.span, "unknown field")
-                    .with_note("fields: latency, bandwidth");
+                    .with_note("fields: dispatch, latency, bandwidth");
                     self.report(d);
                     ok = false;
                 }

@@ -1186,10 +1186,15 @@ fn candidates_cli(model: &str, target: &str) -> String {
 ///   zero padding); `conv2d_bias_act` needs `nn.bias_add`, mnist adds with `add`.
 /// * `cutlass` (no fusion): `cutlass.dense_bias` (dense + add, as `bias` allows `add`) and
 ///   `cutlass.dense`; no conv composite, since every cutlass conv pattern needs an OHWI kernel.
-/// * `dnnl` (arbitrary fusion): `dnnl.conv2d_bias_relu` and `dnnl.conv2d_bias` on both conv
-///   blocks (`bias_ok`: 8 and 16 channels, biases (8,1,1) and (16,1,1)), `dnnl.dense_bias` on
-///   dense+add. dnnl has no single-operator entries, and no two composites touch (pads,
-///   max_pools and the reshape between them are not dnnl candidates), so no unions: 5.
+/// * `dnnl` (arbitrary fusion): from TVM's table, `dnnl.conv2d_bias_relu` and
+///   `dnnl.conv2d_bias` on both conv blocks (`bias_ok`: 8 and 16 channels, biases (8,1,1) and
+///   (16,1,1)) and `dnnl.dense_bias` on dense+add; from collage's entries, `dnnl.conv2d` on both
+///   conv2d calls (NCHW/OIHW, float32), `dnnl.max_pool2d` on both pools (NCHW, no dilation, no
+///   ceil mode) and `dnnl.dense` on the dense; each conv2d+add+relu touches its max_pool2d, so
+///   two unions of `dnnl.conv2d_bias_relu` with `dnnl.max_pool2d` (the pads and the reshape are
+///   not dnnl candidates, so nothing else joins): 12.
+/// * `openblas` (no fusion): `openblas.dense_bias` (the (1,10) bias has one value per output
+///   column) and `openblas.dense` on the float32 dense: 2.
 /// * `tensorrt` (`ops(...)` with the `tensorrt.` prefix, grown with `fuse_ops`): every call
 ///   passes its predicate (the pads are constant-mode with a constant pad value and zero
 ///   padding on N and C; the reshape's newshape has no value below -1; max_pool2d is NCHW;

@@ -405,9 +405,11 @@ fn corpus_parallel_rewrite() {
                     "{label}\n{printed}"
                 );
                 if tname == "dnnl" {
-                    // Reviewed by hand: three Compiler="dnnl" functions (two conv2d+add+relu
-                    // blocks, the dense+add), each calling one Composite function, called in
-                    // place in main with the pads, pools and reshape left unchanged.
+                    // Reviewed by hand: three Compiler="dnnl" functions (the dense+add
+                    // calling one Composite function, and two conv2d+add+relu blocks each
+                    // followed by its max_pool2d, calling a `dnnl.conv2d_bias_relu` and a
+                    // `dnnl.max_pool2d` Composite function), called in place in main with the
+                    // pads and the reshape left unchanged.
                     insta::assert_snapshot!("mnist_dnnl_parallel_rewrite", printed);
                 }
             }

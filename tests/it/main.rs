@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
 mod cli;
+mod cpu_backends;
+mod cpu_costs;
 mod devices;
 mod devices_props;
 mod docs;

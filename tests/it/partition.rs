@@ -529,6 +529,58 @@ fn pruning_is_never_better_than_the_exact_search() {
 // ---------------------------------------------------------------------------------------------
 // Devices
 
+/// Transitions on a planned two-device model: the CPU tail `multiply(%3, %c)` + `tanh` pays
+/// its target's crossing (latency plus bytes) only for the value that arrives through the
+/// `device_copy` from the GPU, not for `%c` (planned on the CPU) nor for its result (the
+/// function's result, on the CPU); the same tail without the multiply's GPU operand would pay
+/// nothing.
+#[test]
+fn transitions_are_charged_only_across_planned_devices() {
+    let path = root().join("tests/fixtures/partition-devices/two-devices.relay");
+    let m = load_ok(&path);
+    let plan = collage::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
+        .unwrap_or_else(|_| panic!("plans"));
+    let mut planned = plan.module.clone();
+    collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
+    let g = DataflowGraph::new(&planned, planned.main().unwrap());
+    let program = crate::enumerate::library();
+    let candidates: Vec<Candidate> =
+        collage::enumerate::enumerate(&g, &program, &collage::enumerate::Limits::default())
+            .candidates
+            .into_iter()
+            .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
+            .collect();
+    let crossings = partition::Crossings::new(&g, &program, &candidates, Some(&plan.devices));
+    let tvm_cpu = program
+        .targets
+        .iter()
+        .position(|t| t.name == "tvm_cpu")
+        .unwrap();
+    let op = |name: &str| (0..g.len()).find(|&i| g.label[i] == name).unwrap();
+    let (mul, tanh) = (op("multiply"), op("tanh"));
+    let penalty_of = |nodes: &[usize]| {
+        let c = candidates
+            .iter()
+            .find(|c| {
+                c.target == tvm_cpu
+                    && c.sub_graph
+                        .inside
+                        .iter()
+                        .filter(|&i| g.is_op_call(i))
+                        .collect::<Vec<_>>()
+                        == nodes
+            })
+            .unwrap_or_else(|| panic!("no tvm_cpu candidate of {nodes:?}"));
+        partition::transition_penalty(&g, &program, &crossings, c)
+    };
+    let tr = &program.targets[tvm_cpu].transition;
+    let (latency, bandwidth) = (tr.latency.unwrap(), tr.bandwidth.unwrap());
+    // The [64, 1024] float32 activation copied from the GPU: 262144 bytes.
+    assert_eq!(penalty_of(&[mul, tanh]), latency + 262144.0 / bandwidth);
+    // tanh alone reads the multiply, on the CPU, and hands its result to the host: free.
+    assert_eq!(penalty_of(&[tanh]), 0.0);
+}
+
 /// A model annotated with `on_device` on two devices partitions with targets on both, every
 /// partition's target device refines the planned device of each node it covers, and the output
 /// keeps the copy and the parameter devices.

@@ -174,8 +174,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
-    /// latency and peak memory.
+    /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
+    /// native operators as generated code, everything else on the reference interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -211,6 +211,22 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
+        /// Which backends run the model: `auto` (each partition on the backend of its target
+        /// where this machine has it: the native operators as generated code) or `reference`
+        /// (everything on the reference interpreter, the oracle).
+        #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+        backend: BackendArg,
+        /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
+        /// else `~/.cache/collage`).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// The time limit of one C compiler run, in seconds (default 300).
+        #[arg(long, value_name = "SECS")]
+        compile_timeout: Option<f64>,
+        /// Also run the model on the reference interpreter and compare the outputs (default
+        /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
+        #[arg(long)]
+        check_reference: bool,
     },
     /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
     /// OpenBLAS): whether each is available, its library and version.
@@ -317,6 +333,16 @@ enum FormatArg {
     Table,
     /// JSON.
     Json,
+}
+
+/// `collage run --backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// Every partition on the backend for its target where this machine has it (the native
+    /// operators as generated code, compiled by the system C compiler).
+    Auto,
+    /// Everything on the reference interpreter.
+    Reference,
 }
 
 fn main() -> ExitCode {
@@ -478,6 +504,10 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend,
+            cache_dir,
+            compile_timeout,
+            check_reference,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -493,6 +523,13 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend: match backend {
+                BackendArg::Auto => driver::run::BackendChoice::Auto,
+                BackendArg::Reference => driver::run::BackendChoice::Reference,
+            },
+            cache_dir,
+            compile_timeout,
+            check_reference,
         }),
         Command::Backends { format } => {
             driver::backends::backends_command(format == FormatArg::Json)

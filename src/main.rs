@@ -68,6 +68,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -111,6 +113,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Write the partitioned program here (atomically) instead of printing it.
         #[arg(short = 'o', long = "output", value_name = "OUT.relay")]
         output: Option<PathBuf>,
@@ -172,8 +176,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
-    /// latency and peak memory.
+    /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
+    /// native operators as generated code, everything else on the reference interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -209,6 +213,22 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
+        /// Which backends run the model: `auto` (each partition on the backend of its target
+        /// where this machine has it: the native operators as generated code) or `reference`
+        /// (everything on the reference interpreter, the oracle).
+        #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+        backend: BackendArg,
+        /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
+        /// else `~/.cache/collage`).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// The time limit of one C compiler run, in seconds (default 300).
+        #[arg(long, value_name = "SECS")]
+        compile_timeout: Option<f64>,
+        /// Also run the model on the reference interpreter and compare the outputs (default
+        /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
+        #[arg(long)]
+        check_reference: bool,
     },
     /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
     /// OpenBLAS): whether each is available, its library and version.
@@ -256,6 +276,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Time budget in seconds of one placement's end-to-end measurement (default 20).
         #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
         run_budget: Option<f64>,
@@ -380,6 +402,10 @@ struct MeasureFlags {
     /// Show progress on stderr even when it is not a terminal (a line every few seconds).
     #[arg(long)]
     progress: bool,
+    /// Raise the scheduling weight of this session while measuring (`/proc/self/autogroup`;
+    /// needs the right to raise priority), so other sessions' work disturbs timings less.
+    #[arg(long)]
+    raise_priority: bool,
 }
 
 impl MeasureFlags {
@@ -390,7 +416,39 @@ impl MeasureFlags {
             cache: self.cache.clone(),
             budget: self.measure_budget,
             seed: self.seed,
+            raise_priority: self.raise_priority,
         }
+    }
+}
+
+/// The bounds of candidate enumeration (reaching one is an error, E2201–E2203).
+#[derive(clap::Args, Debug)]
+struct Bounds {
+    /// E-nodes the equivalences may add to the e-graph.
+    #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_enodes: u64,
+    /// Rounds of equivalence application before the e-graph must be saturated.
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_egraph_iters: u64,
+    /// Candidates one rule of a target may hold (the unions combining builds included).
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_CANDIDATES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_candidates: u64,
+}
+
+/// The enumeration limits of a command line.
+fn limits(tvm_max_depth: u32, byoc_max_depth: u32, b: &Bounds) -> collage::enumerate::Limits {
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    collage::enumerate::Limits {
+        tvm_max_depth: tvm_max_depth.max(1),
+        byoc_max_depth: byoc_max_depth.max(1),
+        max_enodes: size(b.max_enodes),
+        max_egraph_iters: size(b.max_egraph_iters),
+        max_candidates: size(b.max_candidates),
     }
 }
 
@@ -419,6 +477,16 @@ enum FormatArg {
     Table,
     /// JSON.
     Json,
+}
+
+/// `collage run --backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// Every partition on the backend for its target where this machine has it (the native
+    /// operators as generated code, compiled by the system C compiler).
+    Auto,
+    /// Everything on the reference interpreter.
+    Reference,
 }
 
 fn main() -> ExitCode {
@@ -496,12 +564,10 @@ fn run(cli: Cli) -> Outcome {
             targets,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             json,
         } => {
-            let limits = collage::enumerate::Limits {
-                tvm_max_depth: tvm_max_depth.max(1),
-                byoc_max_depth: byoc_max_depth.max(1),
-            };
+            let limits = limits(tvm_max_depth, byoc_max_depth, &bounds);
             driver::candidates_command(&model, &rules, &targets, limits, json)
         }
         Command::PlanDevices {
@@ -533,6 +599,7 @@ fn run(cli: Cli) -> Outcome {
             cost_timeout,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             output,
             format,
             dot,
@@ -554,10 +621,7 @@ fn run(cli: Cli) -> Outcome {
                 targets,
                 costs,
                 cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: collage::enumerate::Limits {
-                    tvm_max_depth: tvm_max_depth.max(1),
-                    byoc_max_depth: byoc_max_depth.max(1),
-                },
+                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
                 output,
                 format: match format {
                     FormatArg::Table => driver::partition::Format::Table,
@@ -583,6 +647,7 @@ fn run(cli: Cli) -> Outcome {
             cost_timeout,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             run_budget,
             rtol,
             atol,
@@ -600,10 +665,7 @@ fn run(cli: Cli) -> Outcome {
                 targets,
                 costs,
                 cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: collage::enumerate::Limits {
-                    tvm_max_depth: tvm_max_depth.max(1),
-                    byoc_max_depth: byoc_max_depth.max(1),
-                },
+                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
                 measure: measure.args(),
                 run_budget,
                 format: match format {
@@ -649,6 +711,10 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend,
+            cache_dir,
+            compile_timeout,
+            check_reference,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -664,6 +730,13 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend: match backend {
+                BackendArg::Auto => driver::run::BackendChoice::Auto,
+                BackendArg::Reference => driver::run::BackendChoice::Reference,
+            },
+            cache_dir,
+            compile_timeout,
+            check_reference,
         }),
         Command::Backends { format } => {
             driver::backends::backends_command(format == FormatArg::Json)

@@ -19,7 +19,7 @@ use crate::diag;
 use crate::enumerate::{extract, DataflowGraph, Limits};
 use crate::exec::compare;
 use crate::exec::data::Weights;
-use crate::exec::executor::{self, Executable, Options};
+use crate::exec::executor::Executable;
 use crate::exec::tensor::Tensor;
 use crate::ir::Module;
 use crate::measure::protocol::{self, Settings, Timing};
@@ -201,6 +201,8 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         })?;
     }
     let threads = req.measure.thread_count();
+    measuring::quiet_openmp();
+    let _priority = measuring::raise_priority(&req.measure);
     let bar = Bar::new(false, req.progress);
     let mut sources = SourceMap::new();
     let (program, _) = super::candidates::load_rules_from(&mut sources, &req.rules)?;
@@ -280,19 +282,13 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     // The reference interpreter's outputs.
     bar.phase("reference outputs", 0);
     let weights = Weights::new(req.measure.seed);
-    let reference = executor::compile(
-        &m,
-        &weights.for_module(&m),
-        &Options {
-            threads,
-            ..Options::default()
-        },
-    )
-    .map_err(|d| {
-        bar.hide();
-        super::report(&d, &sources);
-        Outcome::InputErrors
-    })?;
+    let reference = setup
+        .compile_reference(&m, &weights.for_module(&m))
+        .map_err(|d| {
+            bar.hide();
+            super::report(&d, &sources);
+            Outcome::InputErrors
+        })?;
     let mw = weights.for_module(&m);
     let mut inputs = Vec::with_capacity(reference.inputs.len());
     for p in &reference.inputs {
@@ -344,7 +340,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         let mut sorted = chosen.clone();
         sorted.sort_unstable();
         let saved = std::mem::replace(&mut plan.chosen, chosen.clone());
-        let parts = partition::finalize::coalesce(&g, &program, &plan);
+        let parts = partition::finalize::coalesce(&g, &program, &plan, &popts.limits);
         plan.chosen = saved;
         for p in &parts {
             let t = &program.targets[p.target];
@@ -477,12 +473,11 @@ fn run_placement(
 ) -> Result<Status, String> {
     let m = execution_module(g, program, parts)
         .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
-    let x: Executable =
-        executor::compile(&m, &weights.for_module(&m), &setup.options()).map_err(|d| {
-            d.iter()
-                .next()
-                .map_or_else(|| "it cannot be compiled".into(), |d| d.message.clone())
-        })?;
+    let x: Executable = setup.compile(&m, &weights.for_module(&m)).map_err(|d| {
+        d.iter()
+            .next()
+            .map_or_else(|| "it cannot be compiled".into(), |d| d.message.clone())
+    })?;
     let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
     for k in x.kernels() {
         *kernels.entry(k.backend.clone()).or_default() += 1;

@@ -22,6 +22,8 @@ pub struct MeasureArgs {
     pub budget: Option<f64>,
     /// The seed of random inputs and weights.
     pub seed: u64,
+    /// Raise the scheduling weight of this session's autogroup while the command runs.
+    pub raise_priority: bool,
 }
 
 impl MeasureArgs {
@@ -64,6 +66,7 @@ pub fn open(
         return Ok(None);
     }
     args.check()?;
+    quiet_openmp();
     let cache_dir = args.resolved_dir();
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
         eprintln!("error[{}]: {e}", diag::E2401.id);
@@ -102,6 +105,40 @@ pub fn open(
         );
     }
     Ok(Some(Arc::new(m)))
+}
+
+/// Idle OpenMP threads sleep instead of spinning while this process measures:
+/// `OMP_WAIT_POLICY=passive`, unless the environment already says how they wait
+/// (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`). Called before any backend loads the OpenMP runtime,
+/// which reads its environment once. On a machine shared with other work, threads spinning
+/// between parallel regions make timings depend on which other threads happen to be running:
+/// a 3x3 convolution timed as a candidate took 24-30 ms per call with spinning threads against
+/// 2.1-2.3 ms end to end, and 2.3 ms both ways with sleeping ones (docs/measure.md).
+pub fn quiet_openmp() {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if !set("OMP_WAIT_POLICY") && !set("GOMP_SPINCOUNT") {
+        // Only the command's own thread runs at this point: nothing reads the environment
+        // concurrently.
+        std::env::set_var("OMP_WAIT_POLICY", "passive");
+    }
+}
+
+/// With `--raise-priority`, raises this session's scheduling weight until the guard is dropped
+/// (W2406 when it cannot).
+pub fn raise_priority(args: &MeasureArgs) -> Option<measure::priority::Raised> {
+    if !args.raise_priority {
+        return None;
+    }
+    match measure::priority::raise(-20) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!(
+                "warning[{}]: cannot raise the scheduling priority: {e}; measuring without it",
+                diag::W2406.id
+            );
+            None
+        }
+    }
 }
 
 /// Prints the problems met while measuring (W2403).

@@ -69,7 +69,7 @@ pub struct Input {
 /// A compiled `@main`, ready to run.
 pub struct Executable {
     program: Program,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
     /// The parameters of `@main`.
     pub inputs: Vec<Input>,
     /// `@main`'s result type.
@@ -80,6 +80,9 @@ pub struct Executable {
     pub warnings: Vec<Diagnostic>,
     /// Threads in the pool.
     pub threads: usize,
+    /// Whether the program's kernels may open OpenMP regions (any backend besides the
+    /// reference interpreter): the thread that runs them then sets the OpenMP thread count.
+    openmp: bool,
 }
 
 /// The result of one run.
@@ -211,11 +214,36 @@ impl Policy for TopPolicy<'_> {
     }
 }
 
+/// A pool of `threads` worker threads for executables.
+pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, Diagnostic> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| {
+            Diagnostic::error(
+                crate::diag::E2302,
+                format!("cannot start {threads} worker threads: {e}"),
+            )
+        })
+}
+
 /// Compiles `@main` of a type-checked module.
 pub fn compile(
     m: &Module,
     consts: &dyn ConstantSource,
     opts: &Options,
+) -> Result<Executable, Diagnostics> {
+    compile_on(m, consts, opts, None)
+}
+
+/// Compiles `@main` to run on `pool` (`None`: a pool of its own with `opts.threads` threads).
+/// Executables that share a pool share its threads, and the OpenMP teams of those threads:
+/// timing several of them one after the other then runs each on the same threads.
+pub fn compile_on(
+    m: &Module,
+    consts: &dyn ConstantSource,
+    opts: &Options,
+    pool: Option<Arc<rayon::ThreadPool>>,
 ) -> Result<Executable, Diagnostics> {
     let one = |d: Diagnostic| -> Diagnostics {
         let mut ds = Diagnostics::new();
@@ -265,19 +293,16 @@ pub fn compile(
         .with_primary(m.span(f.body), "the result")));
     }
     let threads = opts.threads.max(1);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| {
-            one(Diagnostic::error(
-                crate::diag::E2302,
-                format!("cannot start {threads} worker threads: {e}"),
-            ))
-        })?;
+    let pool = match pool {
+        Some(p) => p,
+        None => Arc::new(worker_pool(threads).map_err(one)?),
+    };
+    let threads = pool.current_num_threads();
     let counting = Counting {
         inner: consts,
         seen: Mutex::new(BTreeMap::new()),
     };
+    precompile(m, main, opts, &counting).map_err(|u| one(u.to_diagnostic()))?;
     let mut policy = TopPolicy {
         opts,
         consts: &counting,
@@ -304,7 +329,72 @@ pub fn compile(
         const_bytes,
         warnings,
         threads,
+        openmp: !opts.backends.list.is_empty(),
     })
+}
+
+/// Hands every native unit of `@main` (its groups and its calls of `Primitive=1` functions)
+/// to the native backends at once, so that they can compile them together.
+fn precompile(
+    m: &Module,
+    main: FuncId,
+    opts: &Options,
+    consts: &dyn ConstantSource,
+) -> Result<(), Unsupported> {
+    let natives = opts.backends.for_compiler(None);
+    if natives.is_empty() {
+        return Ok(());
+    }
+    let groups = match &opts.grouping {
+        Some(g) => {
+            crate::exec::program::group_units(m, &Region::function(m, main), g.groups(m, main))?
+        }
+        None => Vec::new(),
+    };
+    let mut funcs = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![m.func(main).body];
+    while let Some(e) = stack.pop() {
+        if !seen.insert(e) {
+            continue;
+        }
+        if let crate::ir::Expr::Call {
+            callee: crate::ir::Callee::Expr(c),
+            ..
+        } = m.expr(e)
+        {
+            let f = match m.expr(*c) {
+                crate::ir::Expr::Global(g) => m.globals[g.index()].def,
+                crate::ir::Expr::Func(f) => Some(*f),
+                _ => None,
+            };
+            if let Some(f) = f {
+                let fun = m.func(f);
+                if fun.attr("Compiler").is_none()
+                    && fun.attr("Primitive").and_then(|v| v.as_int()) == Some(1)
+                {
+                    funcs.insert(f);
+                }
+            }
+        }
+        if matches!(m.expr(e), crate::ir::Expr::Func(_)) {
+            continue;
+        }
+        m.for_each_operand(e, |o| stack.push(o));
+    }
+    let mut units: Vec<Unit<'_>> = groups
+        .iter()
+        .map(|group| Unit::Group { module: m, group })
+        .collect();
+    units.extend(
+        funcs
+            .into_iter()
+            .map(|func| Unit::Function { module: m, func }),
+    );
+    for b in natives {
+        b.precompile(&units, consts);
+    }
+    Ok(())
 }
 
 impl Executable {
@@ -353,7 +443,16 @@ impl Executable {
         let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
         let out = self
             .pool
-            .install(|| self.program.run(values, &RunCx { mem: &mem }))
+            .install(|| {
+                // OpenMP's thread count belongs to the calling thread: set it in the one that
+                // runs the kernels, for every library on the shared pool (docs/backends.md).
+                if self.openmp {
+                    if let Ok(omp) = crate::ffi::omp::Omp::shared() {
+                        omp.set_num_threads(self.threads);
+                    }
+                }
+                self.program.run(values, &RunCx { mem: &mem })
+            })
             .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
         Ok(RunOutput {

@@ -8,20 +8,10 @@
 use std::path::{Path, PathBuf};
 
 /// The cache directory from the environment: `$COLLAGE_CACHE_DIR`, `$XDG_CACHE_HOME/collage`
-/// or `~/.cache/collage` (`None` when none of them is set).
+/// or `~/.cache/collage` (`None` when none of them is set); the same as native code
+/// generation's kernel cache uses.
 pub fn default_dir() -> Option<PathBuf> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(d) = env("COLLAGE_CACHE_DIR") {
-        return Some(d);
-    }
-    if let Some(d) = env("XDG_CACHE_HOME") {
-        return Some(d.join("collage"));
-    }
-    env("HOME").map(|h| h.join(".cache").join("collage"))
+    crate::backend::native::cache::default_dir()
 }
 
 /// The cache directory: the one given, else [`default_dir`].

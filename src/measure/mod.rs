@@ -20,13 +20,16 @@ pub mod candidate;
 pub mod db;
 pub mod dir;
 pub mod machine;
+pub mod priority;
 pub mod protocol;
 pub mod setup;
 
+use crate::backend::Unit;
 use crate::cost::{Cost, Estimate, Estimator, Request};
 use crate::exec::data::Weights;
 use crate::exec::executor::{self, Executable};
 use crate::exec::tensor::Tensor;
+use crate::ir::{Callee, Expr, ExprId, Module};
 use crate::ruletree::Target;
 use db::{Db, Entry, Key, Opened};
 use machine::Machine;
@@ -40,7 +43,7 @@ use std::sync::{Arc, Mutex};
 pub const HARNESS: &str = "measure-1";
 
 /// Candidates compiled together before they are timed one by one.
-const BATCH: usize = 16;
+const BATCH: usize = 32;
 
 /// How to measure.
 #[derive(Clone, Debug)]
@@ -185,11 +188,56 @@ impl Measure {
         })
     }
 
+    /// Hands the native functions of a batch of candidate modules to the native backends at
+    /// once, so that they compile them together (several C compilers in parallel) before the
+    /// candidates are compiled one by one.
+    fn precompile(&self, modules: &[&Module], weights: &Weights) {
+        let natives = self.setup.backends_for(None);
+        if natives.is_empty() {
+            return;
+        }
+        let sources = Consts(
+            modules
+                .iter()
+                .map(|m| (*m as *const Module as usize, weights.for_module(m)))
+                .collect(),
+        );
+        let mut units = Vec::new();
+        for m in modules {
+            let Some(main) = m.main() else { continue };
+            // `@main` calls the candidate's function literal (after rebuilt tuples).
+            for e in m.func(main).first_expr.index()..=m.func(main).body.index() {
+                if let Expr::Call {
+                    callee: Callee::Expr(c),
+                    ..
+                } = m.expr(ExprId(e as u32))
+                {
+                    if let Expr::Func(f) = m.expr(*c) {
+                        let fun = m.func(*f);
+                        if fun.attr("Compiler").is_none() && fun.attr("Primitive").is_some() {
+                            units.push(Unit::Function {
+                                module: m,
+                                func: *f,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for b in natives {
+            b.precompile(&units, &sources);
+        }
+    }
+
     /// Compiles one candidate.
-    fn compile(&self, r: &Request<'_, '_>, weights: &Weights) -> Result<Compiled, String> {
-        let m = candidate::module_for(r.graph, r.program, r.candidate)?;
-        let mw = weights.for_module(&m);
-        let x = executor::compile(&m, &mw, &self.setup.options()).map_err(|d| {
+    fn compile(
+        &self,
+        r: &Request<'_, '_>,
+        m: &Module,
+        weights: &Weights,
+    ) -> Result<Compiled, String> {
+        let mw = weights.for_module(m);
+        let x = self.setup.compile(m, &mw).map_err(|d| {
             d.iter().next().map_or_else(
                 || "it cannot be compiled".to_string(),
                 |d| d.message.clone(),
@@ -218,6 +266,19 @@ impl Measure {
                 c.x.run(&c.inputs).map(|_| ()).map_err(|d| d.message)
             })
         })
+    }
+}
+
+/// The constants of several modules, each from its own module's weights.
+struct Consts<'w>(Vec<(usize, crate::exec::data::ModuleWeights<'w>)>);
+
+impl crate::backend::ConstantSource for Consts<'_> {
+    fn constant(&self, m: &Module, e: ExprId) -> Result<Arc<Tensor>, String> {
+        let at = m as *const Module as usize;
+        match self.0.iter().find(|(p, _)| *p == at) {
+            Some((_, w)) => w.constant(m, e),
+            None => Err("internal error: a constant of an unknown module".into()),
+        }
     }
 }
 
@@ -280,8 +341,17 @@ impl Estimator for Measure {
         let workers = executor::default_threads().max(1);
         for chunk in todo.chunks(BATCH) {
             let weights = Weights::new(self.cfg.seed);
-            // Compile the batch on all cores.
+            // Compile the batch on all cores: the native kernels together, then each candidate.
             let start = std::time::Instant::now();
+            let modules: Vec<Result<Module, String>> = chunk
+                .iter()
+                .map(|(i, _)| {
+                    let r = &reqs[*i];
+                    candidate::module_for(r.graph, r.program, r.candidate)
+                })
+                .collect();
+            let built: Vec<&Module> = modules.iter().filter_map(|m| m.as_ref().ok()).collect();
+            self.precompile(&built, &weights);
             let slots: Vec<Mutex<Option<Result<Compiled, String>>>> =
                 chunk.iter().map(|_| Mutex::new(None)).collect();
             let next = std::sync::atomic::AtomicUsize::new(0);
@@ -290,7 +360,10 @@ impl Estimator for Measure {
                     s.spawn(|| loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((i, _)) = chunk.get(k) else { break };
-                        let c = self.compile(&reqs[*i], &weights);
+                        let c = match &modules[k] {
+                            Ok(m) => self.compile(&reqs[*i], m, &weights),
+                            Err(e) => Err(e.clone()),
+                        };
                         *slots[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
                     });
                 }

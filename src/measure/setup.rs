@@ -29,6 +29,9 @@ pub struct Setup {
     backends: Vec<Arc<dyn Backend>>,
     /// Compilers asked for that have no backend here, and why.
     missing: Vec<(String, String)>,
+    /// The worker threads every executable of this setup runs on (`None` if they could not be
+    /// started: each executable then starts its own).
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 /// The backend for a compiler (`None`: native code), if this machine has one, or why not.
@@ -38,10 +41,16 @@ pub fn load(
     threads: usize,
     cache_dir: Option<&std::path::Path>,
 ) -> Option<Result<Arc<dyn Backend>, String>> {
-    let _ = (threads, cache_dir);
+    use crate::backend::native::{compile, Config, Native};
     match compiler {
-        // Native code runs on the reference interpreter.
-        None => None,
+        // Generated code; a unit it cannot compile (or a machine without a C compiler) falls
+        // back to the reference interpreter, as in `collage run`.
+        None => Some(Ok(Arc::new(Native::new(Config {
+            threads,
+            cache_dir: cache_dir.map(std::path::Path::to_path_buf),
+            compiler: None,
+            timeout: compile::DEFAULT_TIMEOUT,
+        })))),
         Some(_) => None,
     }
 }
@@ -75,7 +84,34 @@ impl Setup {
             cache_dir,
             backends,
             missing,
+            pool: crate::exec::executor::worker_pool(threads)
+                .ok()
+                .map(Arc::new),
         }
+    }
+
+    /// Compiles a module to run on this setup's backends and threads. Every executable of the
+    /// setup runs on the same worker threads, so candidates are timed on the threads (and
+    /// OpenMP teams) the whole model runs on, one after the other.
+    pub fn compile(
+        &self,
+        m: &crate::ir::Module,
+        consts: &dyn crate::backend::ConstantSource,
+    ) -> Result<crate::exec::executor::Executable, crate::diag::Diagnostics> {
+        crate::exec::executor::compile_on(m, consts, &self.options(), self.pool.clone())
+    }
+
+    /// Compiles a module for the reference interpreter alone, on this setup's threads.
+    pub fn compile_reference(
+        &self,
+        m: &crate::ir::Module,
+        consts: &dyn crate::backend::ConstantSource,
+    ) -> Result<crate::exec::executor::Executable, crate::diag::Diagnostics> {
+        let opts = Options {
+            threads: self.threads,
+            ..Options::default()
+        };
+        crate::exec::executor::compile_on(m, consts, &opts, self.pool.clone())
     }
 
     /// Executor options: every loaded backend, then the reference interpreter.
@@ -139,6 +175,14 @@ impl Setup {
     pub fn names(&self) -> Vec<String> {
         self.backends.iter().map(|b| b.name().to_string()).collect()
     }
+
+    /// The loaded backends that handle a compiler (`None`: native code).
+    pub fn backends_for(&self, compiler: Option<&str>) -> Vec<&Arc<dyn Backend>> {
+        self.backends
+            .iter()
+            .filter(|b| b.handles(compiler))
+            .collect()
+    }
 }
 
 /// Whether a target's device is this machine's CPU (or any device).
@@ -156,7 +200,8 @@ mod tests {
         let setup = Setup::new(&program.targets, 2, None);
         let target = |n: &str| program.targets.iter().find(|t| t.name == n).unwrap();
         let native = setup.availability(target("tvm_cpu")).unwrap();
-        assert!(native.contains("reference"), "{native}");
+        assert!(native.starts_with("native collage-native-"), "{native}");
+        assert!(native.ends_with(" + reference 0.1.0"), "{native}");
         let gpu = setup.availability(target("cutlass")).unwrap_err();
         assert!(gpu.contains("not on this machine's CPU"), "{gpu}");
         assert!(setup.availability(target("tvm")).is_err());

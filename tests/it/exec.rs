@@ -107,6 +107,8 @@ fn partitioning_preserves_meaning_on_the_corpus() {
                 &reference,
                 "--threads",
                 "2",
+                "--backend",
+                "reference",
             ],
         );
         assert_eq!(code, Some(0), "{name}: {err}");

@@ -15,6 +15,7 @@ mod extract;
 mod fuse;
 mod generate;
 mod hardening;
+mod limits;
 mod measure;
 mod models;
 mod mutate;

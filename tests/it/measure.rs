@@ -321,12 +321,9 @@ fn cache_stats_and_clear() {
     );
     assert_eq!(code, 0, "{err}");
     let total = v["stats"]["estimates"].as_u64().unwrap();
-    // A kernel cache as native code generation leaves it.
+    // The native kernels compiled while measuring are in the cache directory too.
     let kernels = cache.join("kernels");
-    std::fs::create_dir_all(kernels.join("entries")).unwrap();
-    std::fs::create_dir_all(kernels.join("lib")).unwrap();
-    std::fs::write(kernels.join("entries/k1"), "x").unwrap();
-    std::fs::write(kernels.join("lib/b.so"), "0123456789").unwrap();
+    let files = |sub: &str| std::fs::read_dir(kernels.join(sub)).unwrap().count() as u64;
     let c = cache.to_str().unwrap();
     let out = collage(["cache", "stats", "--cache-dir", c, "--json"]);
     assert_eq!(out.status.code(), Some(0));
@@ -336,8 +333,10 @@ fn cache_stats_and_clear() {
         s["measurements"]["by_target"]["tvm_cpu"].as_u64(),
         Some(total)
     );
-    assert_eq!(s["kernels"]["entries"].as_u64(), Some(1));
-    assert_eq!(s["kernels"]["libraries"].as_u64(), Some(1));
+    let entries = s["kernels"]["entries"].as_u64().unwrap();
+    assert!(entries > 0, "{s}");
+    assert_eq!(entries, files("entries"));
+    assert!(s["kernels"]["libraries"].as_u64().unwrap() > 0, "{s}");
     let out = collage(["cache", "stats", "--cache-dir", c]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("{total} entries")), "{text}");
@@ -349,7 +348,7 @@ fn cache_stats_and_clear() {
         text.contains(&format!("cleared {total} measurement(s)")),
         "{text}"
     );
-    assert!(kernels.join("lib/b.so").exists());
+    assert_eq!(files("entries"), entries);
     let out = collage(["cache", "clear", "--cache-dir", c]);
     assert_eq!(out.status.code(), Some(0));
     assert!(!kernels.exists());

@@ -170,8 +170,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a model (partitioned or not) with the reference interpreter and report its outputs,
-    /// latency and peak memory.
+    /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
+    /// oneDNN and OpenBLAS partitions on their libraries, everything else on the reference
+    /// interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -207,6 +208,10 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
+        /// Which backends run the model: `auto` (each partition on its library) or `reference`
+        /// (everything on the reference interpreter, the oracle; no library is needed).
+        #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+        backend: BackendArg,
     },
     /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
     /// OpenBLAS): whether each is available, its library and version.
@@ -273,6 +278,15 @@ impl ModuleOutput {
             tvm_compat: self.tvm_compat,
         }
     }
+}
+
+/// `collage run --backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// Every partition on the backend for its target where this machine has it.
+    Auto,
+    /// Everything on the reference interpreter.
+    Reference,
 }
 
 /// Report formats.
@@ -447,6 +461,7 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            backend,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -462,6 +477,7 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
+            reference_only: backend == BackendArg::Reference,
         }),
         Command::Backends { format } => {
             driver::backends::backends_command(format == FormatArg::Json)

@@ -51,6 +51,8 @@ pub struct Request {
     pub rtol: Option<f64>,
     /// Absolute tolerance (`None`: per dtype).
     pub atol: Option<f64>,
+    /// Run everything on the reference interpreter (no library backends).
+    pub reference_only: bool,
 }
 
 fn usage(code: diag::Code, msg: String) -> Outcome {
@@ -96,11 +98,26 @@ fn compile_model(
     m: &Module,
     weights: &Weights,
     threads: usize,
+    reference_only: bool,
     sources: &SourceMap,
 ) -> Result<Executable, Outcome> {
     let mw = weights.for_module(m);
+    // The CPU libraries the plan's partitions need (E2308 where one is missing).
+    let libraries = if reference_only {
+        Vec::new()
+    } else {
+        crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+            let mut ds = Diagnostics::new();
+            for d in errors {
+                ds.push(d);
+            }
+            report(&ds, sources);
+            Outcome::InputErrors
+        })?
+    };
     let opts = Options {
         threads,
+        backends: crate::backend::Backends { list: libraries },
         ..Options::default()
     };
     match executor::compile(m, &mw, &opts) {
@@ -179,7 +196,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     }
 
     let weights = Weights::new(req.seed);
-    let x = compile_model(&m, &weights, threads, &sources)?;
+    let x = compile_model(&m, &weights, threads, req.reference_only, &sources)?;
 
     // Inputs: files by name, the rest drawn from the seed.
     for (name, _) in &given {
@@ -278,7 +295,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     // Comparisons.
     let mut comparisons = Vec::new();
     for (path, other) in &others {
-        let y = compile_model(other, &weights, threads, &sources)?;
+        let y = compile_model(other, &weights, threads, req.reference_only, &sources)?;
         if y.inputs != x.inputs {
             let show = |e: &Executable| {
                 e.inputs

@@ -1192,10 +1192,12 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
 // ---------------------------------------------------------------------------------------------
 // What cannot run
 
-/// TVM's table checks no dtypes: its entries match float16 dense layers, which oneDNN 2.6 has
-/// no kernels for here; an attribute value a primitive rejects; a quantized composite. Each is
-/// unsupported with a reason, falls back to the interpreter with W2310, and the run gives the
-/// interpreter's outputs.
+/// TVM's table checks no dtypes: its entries match float16 dense layers, which oneDNN 2.6 and
+/// sgemm cannot run; a shape and an attribute value a primitive rejects (a rank-1 layer norm,
+/// average pooling windows made of padding only); a GELU chain with other constants; max
+/// pooling windows made of padding only, which oneDNN would fill differently from the
+/// interpreter. Each is unsupported with a reason, falls back to the interpreter with W2310,
+/// and the run gives the interpreter's outputs, never a crash.
 #[test]
 fn unsupported_composites_fall_back() {
     let cases = [
@@ -1234,6 +1236,26 @@ fn unsupported_composites_fall_back() {
                 "%1 = add(nn.conv2d(%a0, %a1), %a2);\n    multiply(multiply(%1, add(erf(divide(%1, 2f)), 1f)), 0.5f)",
             ),
             "constants are not GELU's",
+        ),
+        (
+            // An attribute value oneDNN's pooling rejects: windows made of padding only.
+            partition(
+                "dnnl",
+                "dnnl.avg_pool2d",
+                &[(&t4(1, 4, 9, 9), false)],
+                "nn.avg_pool2d(%a0, pool_size=[2, 2], padding=[3, 3, 3, 3])",
+            ),
+            "oneDNN has no pooling for these shapes and attributes",
+        ),
+        (
+            // oneDNN accepts it but fills such windows with the lowest float, not -inf.
+            partition(
+                "dnnl",
+                "dnnl.max_pool2d",
+                &[(&t4(1, 4, 9, 9), false)],
+                "nn.max_pool2d(%a0, pool_size=[2, 2], padding=[0, 0, 2, 2])",
+            ),
+            "windows made of padding only",
         ),
         (
             partition(
@@ -1455,55 +1477,86 @@ fn run_reports_backends_and_needs_its_libraries() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(!text.contains("dnnl "), "{text}");
-}
 
-/// The thread count a backend was built with is the calling thread's OpenMP count while its
-/// kernels run (oneDNN and OpenBLAS read it there).
-#[test]
-fn kernels_run_with_the_requested_threads() {
+    // The same for OpenBLAS.
     let text = partition(
-        "dnnl",
-        "dnnl.dense",
+        "openblas",
+        "openblas.dense",
         &[
             ("Tensor[(8, 16), float32]", false),
             ("Tensor[(4, 16), float32]", true),
         ],
         "nn.dense(%a0, %a1, units=4)",
     );
-    let m = load_text_ok("threads", &text);
+    std::fs::write(dir.path().join("blas.relay"), text).unwrap();
+    let o = collage_env(dir.path(), &["run", "blas.relay", "--threads", "2"], &[]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("(openblas 1)") && text.contains("2 thread(s)"),
+        "{text}"
+    );
+    let missing = [("COLLAGE_OPENBLAS_LIBRARY", "/nonexistent/libopenblas.so.0")];
+    let o = collage_env(dir.path(), &["run", "native.relay"], &missing);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = collage_env(dir.path(), &["run", "blas.relay"], &missing);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error[E2308]"), "{err}");
+    assert!(err.contains("apt-get install libopenblas0-openmp"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The thread count a backend was built with is the calling thread's OpenMP count while its
+/// kernels run (oneDNN and OpenBLAS read it there), and OpenBLAS's own count too.
+#[test]
+fn kernels_run_with_the_requested_threads() {
     let omp = collage::ffi::omp::Omp::shared().unwrap();
-    for threads in [1, 3] {
-        let m = &m;
-        let omp = omp.clone();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                omp.set_num_threads(7);
-                let w = Weights::new(1);
-                let mw = w.for_module(m);
-                let b = DnnlBackend::new(threads).unwrap();
-                let k = b
-                    .compile(
-                        &Unit::Function {
-                            module: m,
-                            func: m.def("part").unwrap(),
-                        },
-                        &mw,
-                    )
-                    .unwrap();
-                let p = k.prepare(&[None, None]).unwrap();
-                let x = Arc::new(Tensor::zeros(DType::F32, &[8, 16]).unwrap());
-                let wt = Arc::new(Tensor::zeros(DType::F32, &[4, 16]).unwrap());
-                let mut out = [Tensor::zeros(DType::F32, &[8, 4]).unwrap()];
-                p.run(
-                    &[x, wt],
-                    &mut out,
-                    &RunCx {
-                        mem: &MemCounter::new(0),
-                    },
-                )
-                .unwrap();
-                assert_eq!(omp.max_threads(), threads);
+    let blas = collage::ffi::openblas::OpenBlas::shared().unwrap();
+    for lib in ["dnnl", "openblas"] {
+        let text = partition(
+            lib,
+            &format!("{lib}.dense"),
+            &[
+                ("Tensor[(8, 16), float32]", false),
+                ("Tensor[(4, 16), float32]", true),
+            ],
+            "nn.dense(%a0, %a1, units=4)",
+        );
+        let m = load_text_ok("threads", &text);
+        for threads in [1, 3] {
+            let m = &m;
+            let (omp, blas) = (omp.clone(), blas.clone());
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    omp.set_num_threads(7);
+                    blas.set_num_threads(5);
+                    let w = Weights::new(1);
+                    let mw = w.for_module(m);
+                    let b = if lib == "dnnl" {
+                        dnnl(threads)
+                    } else {
+                        self::blas(threads)
+                    };
+                    let unit = Unit::Function {
+                        module: m,
+                        func: m.def("part").unwrap(),
+                    };
+                    let p = b
+                        .compile(&unit, &mw)
+                        .unwrap()
+                        .prepare(&[None, None])
+                        .unwrap();
+                    let x = Arc::new(Tensor::zeros(DType::F32, &[8, 16]).unwrap());
+                    let wt = Arc::new(Tensor::zeros(DType::F32, &[4, 16]).unwrap());
+                    let mut out = [Tensor::zeros(DType::F32, &[8, 4]).unwrap()];
+                    let mem = MemCounter::new(0);
+                    p.run(&[x, wt], &mut out, &RunCx { mem: &mem }).unwrap();
+                    assert_eq!(omp.max_threads(), threads, "{lib}");
+                    if lib == "openblas" {
+                        assert_eq!(blas.num_threads(), threads, "{lib}");
+                    }
+                });
             });
-        });
+        }
     }
 }

@@ -17,7 +17,10 @@ fn bench_enumerate(c: &mut Criterion) {
         c.bench_function(&format!("enumerate {name} (all shipped targets)"), |b| {
             b.iter(|| {
                 let g = DataflowGraph::new(&m, main);
-                enumerate(&g, &program, &Limits::default()).candidates.len()
+                enumerate(&g, &program, &Limits::default())
+                    .expect("within the limits")
+                    .candidates
+                    .len()
             })
         });
     }

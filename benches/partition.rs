@@ -9,6 +9,10 @@
 //!
 //! * `partition generated gpt2, <n> layers`: scaling (`collage::gen::gpt2`), all shipped targets,
 //!   analytic costs, no baselines.
+//! * `greedy regions, bert <n> layers`: the greedy regions of every shipped BYOC target on a
+//!   generated BERT-large (`collage::gen::bert_large`, sequence 128), from candidates
+//!   enumerated once, at the default limits: the phase `collage partition --timings` calls
+//!   `greedy regions`, without matching the regions to the candidates.
 //!
 //! Run with `cargo bench --bench partition`.
 
@@ -93,9 +97,42 @@ fn bench_scaling(c: &mut Criterion) {
     }
 }
 
+fn bench_greedy(c: &mut Criterion) {
+    let mut sources = SourceMap::new();
+    let library = collage::library::program().expect("the shipped library checks");
+    let limits = collage::enumerate::Limits::default();
+    for layers in [24, 96, 384] {
+        let file = sources.add(
+            format!("bert_{layers}.relay"),
+            collage::gen::bert_large(layers, 128),
+        );
+        let m = collage::relay::load(&sources, file).expect("generated model loads");
+        let g = DataflowGraph::new(&m, m.main().expect("@main"));
+        let candidates = collage::enumerate::enumerate(&g, &library, &limits)
+            .expect("within the limits")
+            .candidates;
+        let byoc: Vec<(usize, collage::ruletree::SubGraphConfig)> = library
+            .targets
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.compiler.is_some())
+            .map(|(k, t)| (k, collage::enumerate::target_limits(t, &limits)))
+            .collect();
+        c.bench_function(&format!("greedy regions, bert {layers} layers"), |b| {
+            b.iter(|| {
+                byoc.iter()
+                    .map(|(t, config)| {
+                        collage::partition::greedy::regions(&g, &candidates, *t, config).len()
+                    })
+                    .sum::<usize>()
+            })
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10);
-    targets = bench_partition, bench_scaling
+    targets = bench_partition, bench_scaling, bench_greedy
 }
 criterion_main!(benches);

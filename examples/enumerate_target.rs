@@ -30,7 +30,8 @@ fn main() {
     let main = m.main().expect("@main");
     let g = DataflowGraph::new(&m, main);
     for _ in 0..repeat {
-        let cands = target_candidates(&g, &program, t, &Limits::default());
+        let cands =
+            target_candidates(&g, &program, t, &Limits::default()).expect("within the limits");
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for c in &cands {
             c.sub_graph.hash(&mut h);

@@ -68,6 +68,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -111,6 +113,8 @@ enum Command {
             allow_negative_numbers = true
         )]
         byoc_max_depth: u32,
+        #[command(flatten)]
+        bounds: Bounds,
         /// Write the partitioned program here (atomically) instead of printing it.
         #[arg(short = 'o', long = "output", value_name = "OUT.relay")]
         output: Option<PathBuf>,
@@ -171,8 +175,8 @@ enum Command {
         json: bool,
     },
     /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
-    /// oneDNN and OpenBLAS partitions on their libraries, everything else on the reference
-    /// interpreter.
+    /// native operators as generated code, the oneDNN and OpenBLAS partitions on their libraries,
+    /// everything else on the reference interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -208,10 +212,23 @@ enum Command {
         /// Absolute tolerance of the comparison (default per dtype).
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
-        /// Which backends run the model: `auto` (each partition on its library) or `reference`
-        /// (everything on the reference interpreter, the oracle; no library is needed).
+        /// Which backends run the model: `auto` (each partition on the backend of its target
+        /// where this machine has it: the native operators as generated code, `dnnl` and
+        /// `openblas` partitions on their libraries) or `reference` (everything on the reference
+        /// interpreter, the oracle; no library or compiler is needed).
         #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
         backend: BackendArg,
+        /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
+        /// else `~/.cache/collage`).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// The time limit of one C compiler run, in seconds (default 300).
+        #[arg(long, value_name = "SECS")]
+        compile_timeout: Option<f64>,
+        /// Also run the model on the reference interpreter and compare the outputs (default
+        /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
+        #[arg(long)]
+        check_reference: bool,
     },
     /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
     /// OpenBLAS): whether each is available, its library and version.
@@ -262,6 +279,37 @@ enum GenerateModel {
     },
 }
 
+/// The bounds of candidate enumeration (reaching one is an error, E2201–E2203).
+#[derive(clap::Args, Debug)]
+struct Bounds {
+    /// E-nodes the equivalences may add to the e-graph.
+    #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_enodes: u64,
+    /// Rounds of equivalence application before the e-graph must be saturated.
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_egraph_iters: u64,
+    /// Candidates one rule of a target may hold (the unions combining builds included).
+    #[arg(long, value_name = "N",
+          default_value_t = collage::enumerate::DEFAULT_MAX_CANDIDATES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_candidates: u64,
+}
+
+/// The enumeration limits of a command line.
+fn limits(tvm_max_depth: u32, byoc_max_depth: u32, b: &Bounds) -> collage::enumerate::Limits {
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    collage::enumerate::Limits {
+        tvm_max_depth: tvm_max_depth.max(1),
+        byoc_max_depth: byoc_max_depth.max(1),
+        max_enodes: size(b.max_enodes),
+        max_egraph_iters: size(b.max_egraph_iters),
+        max_candidates: size(b.max_candidates),
+    }
+}
+
 /// How a command that prints a module prints it (flattened into each such command).
 #[derive(clap::Args, Clone, Copy, Debug)]
 struct ModuleOutput {
@@ -280,15 +328,6 @@ impl ModuleOutput {
     }
 }
 
-/// `collage run --backend`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum BackendArg {
-    /// Every partition on the backend for its target where this machine has it.
-    Auto,
-    /// Everything on the reference interpreter.
-    Reference,
-}
-
 /// Report formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum FormatArg {
@@ -296,6 +335,17 @@ enum FormatArg {
     Table,
     /// JSON.
     Json,
+}
+
+/// `collage run --backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// Every partition on the backend for its target where this machine has it (the native
+    /// operators as generated code, compiled by the system C compiler; the `dnnl` and
+    /// `openblas` partitions on their libraries).
+    Auto,
+    /// Everything on the reference interpreter.
+    Reference,
 }
 
 fn main() -> ExitCode {
@@ -373,12 +423,10 @@ fn run(cli: Cli) -> Outcome {
             targets,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             json,
         } => {
-            let limits = collage::enumerate::Limits {
-                tvm_max_depth: tvm_max_depth.max(1),
-                byoc_max_depth: byoc_max_depth.max(1),
-            };
+            let limits = limits(tvm_max_depth, byoc_max_depth, &bounds);
             driver::candidates_command(&model, &rules, &targets, limits, json)
         }
         Command::PlanDevices {
@@ -410,6 +458,7 @@ fn run(cli: Cli) -> Outcome {
             cost_timeout,
             tvm_max_depth,
             byoc_max_depth,
+            bounds,
             output,
             format,
             dot,
@@ -430,10 +479,7 @@ fn run(cli: Cli) -> Outcome {
                 targets,
                 costs,
                 cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: collage::enumerate::Limits {
-                    tvm_max_depth: tvm_max_depth.max(1),
-                    byoc_max_depth: byoc_max_depth.max(1),
-                },
+                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
                 output,
                 format: match format {
                     FormatArg::Table => driver::partition::Format::Table,
@@ -462,6 +508,9 @@ fn run(cli: Cli) -> Outcome {
             rtol,
             atol,
             backend,
+            cache_dir,
+            compile_timeout,
+            check_reference,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -477,7 +526,13 @@ fn run(cli: Cli) -> Outcome {
             compare_with,
             rtol,
             atol,
-            reference_only: backend == BackendArg::Reference,
+            backend: match backend {
+                BackendArg::Auto => driver::run::BackendChoice::Auto,
+                BackendArg::Reference => driver::run::BackendChoice::Reference,
+            },
+            cache_dir,
+            compile_timeout,
+            check_reference,
         }),
         Command::Backends { format } => {
             driver::backends::backends_command(format == FormatArg::Json)

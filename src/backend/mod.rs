@@ -23,6 +23,7 @@
 pub mod byoc;
 pub mod cpu;
 pub mod dnnl;
+pub mod native;
 pub mod openblas;
 pub mod reference;
 
@@ -252,6 +253,12 @@ pub trait Backend: Send + Sync {
     /// attribute; `None` stands for native code: `Primitive=1` functions without `Compiler` and
     /// the groups of inline operator calls of `@main`.
     fn handles(&self, compiler: Option<&str>) -> bool;
+    /// Called before the units of a program are compiled one by one, with all of them, so that
+    /// the backend can compile them together (native code generation runs the C compiler on
+    /// several kernels at once, several compilers in parallel). The default does nothing;
+    /// `compile` must work without it.
+    fn precompile(&self, _units: &[Unit<'_>], _consts: &dyn ConstantSource) {}
+
     /// Compiles a unit. `consts` gives the values of constants written inside it.
     fn compile(
         &self,

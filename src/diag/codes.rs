@@ -2,7 +2,8 @@
 //! checks this); codes are never reused for a different meaning.
 //!
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
-//! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx` files and I/O.
+//! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx` files and I/O,
+//! `E21xx` partitioning, `E22xx` the bounds of candidate enumeration.
 
 use super::Code;
 
@@ -219,6 +220,13 @@ codes! {
     E2308 = "E2308", "backend library missing";
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
+
+    /// The e-graph outgrew `--max-enodes` while equivalences were applied.
+    E2201 = "E2201", "e-graph node limit reached";
+    /// The equivalences did not saturate within `--max-egraph-iters` rounds.
+    E2202 = "E2202", "e-graph iteration limit reached";
+    /// A target's rules produced more candidates than `--max-candidates` (or needed more work).
+    E2203 = "E2203", "candidate limit reached";
 
     /// A file that cannot be read.
     E0901 = "E0901", "cannot read file";

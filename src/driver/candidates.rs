@@ -1,7 +1,8 @@
 //! `collage candidates`: the candidate partitions of every target, as text or JSON.
 
 use super::{load_model, report, rules_files, Outcome};
-use crate::enumerate::{Candidate, DataflowGraph, Enumeration, Limits};
+use crate::diag::{self, Diagnostic};
+use crate::enumerate::{Bound, Candidate, DataflowGraph, Enumeration, Grower, LimitError, Limits};
 use crate::ir::Module;
 use crate::ruletree::Program;
 use crate::sema::{self, Provider};
@@ -67,7 +68,13 @@ pub fn candidates_command(
         Err(o) => return o,
     };
     let g = DataflowGraph::new(&m, main);
-    let e = crate::enumerate::enumerate(&g, &program, &limits);
+    let e = match crate::enumerate::enumerate(&g, &program, &limits) {
+        Ok(e) => e,
+        Err(e) => {
+            diag::emit_stderr(&limit_diagnostic(&program, &e).into(), &sources);
+            return Outcome::InputErrors;
+        }
+    };
     let keep =
         |ti: usize| targets.is_empty() || targets.iter().any(|t| *t == program.targets[ti].name);
     if json {
@@ -224,8 +231,127 @@ pub fn candidates_json(
         "egraph": {
             "nodes": e.egraph_size.0,
             "classes": e.egraph_size.1,
-            "stopped": format!("{:?}", e.equivalences),
+            "rounds": e.egraph_rounds,
         },
         "targets": targets,
     })
+}
+
+/// The diagnostic of an enumeration limit (E2201, E2202, E2203): what grew, where it is declared,
+/// the limit, and the flag that raises it.
+pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
+    let defaults = Limits::default();
+    match e {
+        LimitError::EGraph {
+            bound,
+            grower,
+            limit,
+        } => {
+            let (what, span) = match *grower {
+                Grower::Commutativity => (
+                    "the built-in commutativity of `add` and `multiply`".to_string(),
+                    None,
+                ),
+                Grower::Equivalence(i) => (
+                    "this equivalence".to_string(),
+                    program.equivalence_spans.get(i).copied(),
+                ),
+                Grower::Rewrite(i) => (
+                    "this rewrite".to_string(),
+                    program.rewrite_spans.get(i).copied(),
+                ),
+            };
+            let (code, message, label, default) = match bound {
+                Bound::EGraphIters => (
+                    diag::E2202,
+                    format!(
+                        "the equivalences still change the e-graph after {limit} round{} \
+                         (`--max-egraph-iters`)",
+                        if *limit == 1 { "" } else { "s" }
+                    ),
+                    format!("{what} still grew the e-graph in the last round"),
+                    defaults.max_egraph_iters,
+                ),
+                Bound::ENodeWork { steps } => (
+                    diag::E2201,
+                    format!(
+                        "matching the equivalences of the rules built more than {steps} partial \
+                         matches in one round ({} per e-node and per unit of `--max-enodes` \
+                         {limit})",
+                        crate::enumerate::MATCH_WORK
+                    ),
+                    format!("{what} has too many matches"),
+                    defaults.max_enodes,
+                ),
+                _ => (
+                    diag::E2201,
+                    format!(
+                        "applying the equivalences of the rules added more than {limit} e-nodes \
+                         to the e-graph (`--max-enodes`)"
+                    ),
+                    format!("{what} keeps adding e-nodes"),
+                    defaults.max_enodes,
+                ),
+            };
+            let mut d = Diagnostic::error(code, message);
+            match span {
+                Some(s) => d = d.with_primary(s, label),
+                None => d = d.with_note(format!("what grew: {what}")),
+            }
+            d.with_note(format!(
+                "raise the limit with `{} N` (default {default}), or remove the equivalence \
+                 that grows without end (associativity, a rewrite whose right side matches \
+                 its left side again)",
+                e.flag()
+            ))
+        }
+        LimitError::Target {
+            bound,
+            target,
+            rule,
+            limit,
+        } => {
+            let t = &program.targets[*target];
+            let message = match bound {
+                Bound::PairWork { steps } => format!(
+                    "combining the candidates of target `{}` visited more than {steps} pairs \
+                     ({} × `--max-candidates` {limit})",
+                    t.name,
+                    crate::enumerate::PAIR_WORK
+                ),
+                Bound::MatchWork { steps } => format!(
+                    "matching a pattern of target `{}` built more than {steps} partial matches \
+                     ({} per e-node and per unit of `--max-candidates` {limit})",
+                    t.name,
+                    crate::enumerate::MATCH_WORK
+                ),
+                _ => format!(
+                    "target `{}` has more than {limit} candidates (`--max-candidates`)",
+                    t.name
+                ),
+            };
+            let mut d = Diagnostic::error(diag::E2203, message);
+            let label = "its rules grow past the candidate limit";
+            d = d.with_primary(t.span, label);
+            let depth = match (t.max_depth, &t.compiler) {
+                (Some(_), _) => "the target's `max_depth`",
+                (None, Some(_)) => "`--byoc-max-depth`",
+                (None, None) => "`--tvm-max-depth`",
+            };
+            let remedy = match bound {
+                Bound::MatchWork { .. } => {
+                    "simplify the pattern (fewer alternatives and optional parts)".to_string()
+                }
+                _ => format!(
+                    "make the rule produce fewer candidates (a lower depth limit: {depth}; \
+                     fewer combiners)"
+                ),
+            };
+            d.with_note(format!("the rule that grew: `{rule}`"))
+                .with_note(format!(
+                    "raise the limit with `--max-candidates N` (default {}), or {remedy}",
+                    defaults.max_candidates
+                ))
+        }
+    }
 }

@@ -440,6 +440,7 @@ fn error_diagnostic(
                 d
             }
         }
+        PartitionError::Limit(e) => super::candidates::limit_diagnostic(program, e),
         PartitionError::Rewrite(msg) => Diagnostic::error(
             diag::E2103,
             format!("internal error: rewriting failed: {msg}"),
@@ -554,19 +555,7 @@ pub fn report_table(
             lines_text
         );
     }
-    match plan.greedy_source {
-        None => {
-            let _ = writeln!(out, "total: {}", fmt_cost(plan.total));
-        }
-        Some(t) => {
-            let _ = writeln!(
-                out,
-                "total: {} (the greedy {} placement: cheaper than every cover by the enumerated candidates)",
-                fmt_cost(plan.total),
-                program.targets[t].name
-            );
-        }
-    }
+    let _ = writeln!(out, "total: {}", fmt_cost(plan.total));
     if !plan.baselines.is_empty() {
         let _ = writeln!(out, "baselines:");
         let w = plan
@@ -658,6 +647,7 @@ pub fn report_json(
                 "compiler": t.compiler,
                 "device": t.device.to_string(),
                 "cost": p.cost,
+                "depth": p.sub_graph.depth,
                 "lines": lines(m, g, sources, p).map(|(a, b)| vec![a, b]),
                 "nodes": nodes,
                 "composites": composites,
@@ -673,10 +663,6 @@ pub fn report_json(
         "functions": [{
             "name": "main",
             "total_cost": plan.total,
-            "source": match plan.greedy_source {
-                None => "search".to_string(),
-                Some(t) => format!("greedy:{}", program.targets[t].name),
-            },
             "partitions": partitions,
             "baselines": baselines,
         }],

@@ -3,6 +3,9 @@
 //! compares their outputs.
 
 use super::{load_model, out, report, Outcome};
+use crate::backend::native::grouping::FuseGrouping;
+use crate::backend::native::{compile, Config, Native, Stats};
+use crate::backend::{Backend, Backends};
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::exec::compare::{self, Diff, Summary};
 use crate::exec::data::Weights;
@@ -51,8 +54,39 @@ pub struct Request {
     pub rtol: Option<f64>,
     /// Absolute tolerance (`None`: per dtype).
     pub atol: Option<f64>,
-    /// Run everything on the reference interpreter (no library backends).
-    pub reference_only: bool,
+    /// What runs the partitions.
+    pub backend: BackendChoice,
+    /// The cache directory (`None`: `$COLLAGE_CACHE_DIR` or the user's cache directory).
+    pub cache_dir: Option<PathBuf>,
+    /// The time limit of one C compiler run, in seconds (`None`: the default).
+    pub compile_timeout: Option<f64>,
+    /// Also run the model on the reference interpreter and compare the outputs.
+    pub check_reference: bool,
+}
+
+/// Default tolerances of generated code against the reference interpreter (`--check-reference`):
+/// kernels compute in `float32` with reassociated sums and vector math (`-ffast-math`), and do
+/// not round `float16` intermediates.
+pub fn reference_tolerance(d: crate::ir::DType) -> (f64, f64) {
+    if d == crate::ir::DType::F32 {
+        (1e-4, 1e-4)
+    } else if crate::exec::tensor::is_f32_family(d) {
+        (5e-2, 5e-2)
+    } else {
+        compare::default_tolerance(d)
+    }
+}
+
+/// What runs the partitions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Each partition on its target's backend: the native operators (the inline operators of
+    /// `@main` and `Primitive=1` functions) as generated code (FuseOps groups compiled by the C
+    /// compiler), `Compiler="dnnl"` and `Compiler="openblas"` functions on their libraries (a
+    /// missing library is E2308), falling back to the interpreter unit by unit.
+    Auto,
+    /// The reference interpreter, one operator at a time (the oracle).
+    Reference,
 }
 
 fn usage(code: diag::Code, msg: String) -> Outcome {
@@ -98,27 +132,33 @@ fn compile_model(
     m: &Module,
     weights: &Weights,
     threads: usize,
-    reference_only: bool,
+    native: Option<&Arc<Native>>,
     sources: &SourceMap,
 ) -> Result<Executable, Outcome> {
     let mw = weights.for_module(m);
-    // The CPU libraries the plan's partitions need (E2308 where one is missing).
-    let libraries = if reference_only {
-        Vec::new()
-    } else {
-        crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
-            let mut ds = Diagnostics::new();
-            for d in errors {
-                ds.push(d);
+    let opts = match native {
+        Some(n) => {
+            // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
+            // missing), then generated code for the native operators.
+            let mut list = crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+                let mut ds = Diagnostics::new();
+                for d in errors {
+                    ds.push(d);
+                }
+                report(&ds, sources);
+                Outcome::InputErrors
+            })?;
+            list.push(n.clone() as Arc<dyn Backend>);
+            Options {
+                threads,
+                backends: Backends { list },
+                grouping: Some(Box::new(FuseGrouping::default())),
             }
-            report(&ds, sources);
-            Outcome::InputErrors
-        })?
-    };
-    let opts = Options {
-        threads,
-        backends: crate::backend::Backends { list: libraries },
-        ..Options::default()
+        }
+        None => Options {
+            threads,
+            ..Options::default()
+        },
     };
     match executor::compile(m, &mw, &opts) {
         Ok(x) => {
@@ -157,8 +197,20 @@ fn run_once(
 /// One comparison with another model.
 struct Comparison {
     model: PathBuf,
+    /// Whether this is the model itself on the reference interpreter.
+    reference: bool,
     /// Per output: the diff and the tolerances used.
     diffs: Vec<(Diff, f64, f64)>,
+}
+
+impl Comparison {
+    fn label(&self) -> String {
+        if self.reference {
+            format!("{} (reference interpreter)", self.model.display())
+        } else {
+            self.model.display().to_string()
+        }
+    }
 }
 
 /// Runs `collage run`.
@@ -195,8 +247,26 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         others.push((p.clone(), load_model(&mut sources, p)?));
     }
 
+    let timeout = match req.compile_timeout {
+        Some(t) if t.is_finite() && t > 0.0 => std::time::Duration::from_secs_f64(t.min(1e6)),
+        Some(_) => {
+            eprintln!("error: `--compile-timeout` must be a positive number of seconds");
+            return Err(Outcome::Usage);
+        }
+        None => compile::DEFAULT_TIMEOUT,
+    };
+    let native = (req.backend == BackendChoice::Auto).then(|| {
+        Arc::new(Native::new(Config {
+            threads,
+            cache_dir: req.cache_dir.clone(),
+            compiler: None,
+            timeout,
+        }))
+    });
     let weights = Weights::new(req.seed);
-    let x = compile_model(&m, &weights, threads, req.reference_only, &sources)?;
+    let compile_start = Instant::now();
+    let x = compile_model(&m, &weights, threads, native.as_ref(), &sources)?;
+    let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
 
     // Inputs: files by name, the rest drawn from the seed.
     for (name, _) in &given {
@@ -294,8 +364,14 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     // Comparisons.
     let mut comparisons = Vec::new();
-    for (path, other) in &others {
-        let y = compile_model(other, &weights, threads, req.reference_only, &sources)?;
+    let mut checks: Vec<(&PathBuf, &Module, bool)> =
+        others.iter().map(|(p, o)| (p, o, false)).collect();
+    if req.check_reference {
+        checks.push((&req.model, &m, true));
+    }
+    for (path, other, oracle) in checks {
+        let backend = if oracle { None } else { native.as_ref() };
+        let y = compile_model(other, &weights, threads, backend, &sources)?;
         if y.inputs != x.inputs {
             let show = |e: &Executable| {
                 e.inputs
@@ -329,7 +405,11 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         }
         let mut diffs = Vec::new();
         for (i, (a, b)) in outputs.iter().zip(&theirs).enumerate() {
-            let (dr, da) = compare::default_tolerance(a.dtype());
+            let (dr, da) = if oracle {
+                reference_tolerance(a.dtype())
+            } else {
+                compare::default_tolerance(a.dtype())
+            };
             let (rtol, atol) = (req.rtol.unwrap_or(dr), req.atol.unwrap_or(da));
             match compare::compare(b, a, rtol, atol) {
                 Ok(d) => diffs.push((d, rtol, atol)),
@@ -345,6 +425,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         }
         comparisons.push(Comparison {
             model: path.clone(),
+            reference: oracle,
             diffs,
         });
     }
@@ -384,6 +465,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     let rep = RunReport {
         req,
+        native: native
+            .as_ref()
+            .map(|n| (n.stats(), n.cache_dir(), n.version())),
+        compile_ms,
         x: &x,
         input_sources: &input_sources,
         summaries: &summaries,
@@ -402,7 +487,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
             c.diffs.iter().enumerate().filter(|(_, d)| !d.0.within()).map(move |(i, d)| {
                 format!(
                     "output{i} of `{}` differs: {} element(s) beyond rtol {} and atol {} (largest absolute difference {})",
-                    c.model.display(),
+                    c.label(),
                     d.0.mismatched,
                     d.1,
                     d.2,
@@ -424,6 +509,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
 struct RunReport<'a> {
     req: &'a Request,
+    /// The native backend's statistics, cache directory and version.
+    native: Option<(Stats, Option<PathBuf>, String)>,
+    /// Wall time of compiling the model (ms).
+    compile_ms: f64,
     x: &'a Executable,
     input_sources: &'a [String],
     summaries: &'a [Summary],
@@ -498,6 +587,25 @@ impl RunReport<'_> {
             self.x.threads,
             self.req.seed
         );
+        if let Some((st, dir, version)) = &self.native {
+            let _ = writeln!(
+                s,
+                "native   {} unit(s) compiled to {} distinct kernel(s): {} compiled in {} compiler run(s), {} from the cache; {} fell back; compilation {:.0} ms",
+                st.kernels,
+                st.distinct,
+                st.compiled,
+                st.compiler_runs,
+                st.cached,
+                st.fallbacks,
+                self.compile_ms
+            );
+            let _ = writeln!(
+                s,
+                "         {version}; cache {}",
+                dir.as_ref()
+                    .map_or("none".to_string(), |d| d.display().to_string())
+            );
+        }
         for (i, p) in self.x.inputs.iter().enumerate() {
             let _ = writeln!(
                 s,
@@ -577,7 +685,7 @@ impl RunReport<'_> {
                         d.mismatched, d.max_abs, d.max_rel
                     )
                 };
-                let _ = writeln!(s, "compare  {} output{i}: {verdict}", c.model.display());
+                let _ = writeln!(s, "compare  {} output{i}: {verdict}", c.label());
             }
         }
         s
@@ -642,6 +750,7 @@ impl RunReport<'_> {
                     .collect();
                 serde_json::json!({
                     "model": c.model.display().to_string(),
+                    "backend": if c.reference { "reference" } else { "same" },
                     "within_tolerance": c.diffs.iter().all(|d| d.0.within()),
                     "outputs": outs,
                 })
@@ -652,6 +761,17 @@ impl RunReport<'_> {
             "seed": self.req.seed,
             "threads": self.x.threads,
             "kernels": {"total": self.x.kernels().len(), "by_backend": self.backends()},
+            "native": self.native.as_ref().map(|(st, dir, version)| serde_json::json!({
+                "units": st.kernels,
+                "distinct": st.distinct,
+                "compiled": st.compiled,
+                "compiler_runs": st.compiler_runs,
+                "cached": st.cached,
+                "fallbacks": st.fallbacks,
+                "compile_ms": self.compile_ms,
+                "version": version,
+                "cache_dir": dir.as_ref().map(|d| d.display().to_string()),
+            })),
             "inputs": inputs,
             "outputs": outputs,
             "latency_ms": {

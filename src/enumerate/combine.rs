@@ -7,7 +7,7 @@
 //! The loop ends when a round adds nothing.
 
 use super::subgraph::{union_labels, SubGraph};
-use super::{Candidate, Eval};
+use super::{Bound, Candidate, Eval, PAIR_WORK};
 use crate::dataflow::index_set::words_subset;
 use crate::dataflow::IndexSet;
 use crate::ir::Expr;
@@ -19,6 +19,11 @@ use std::borrow::Cow;
 /// Grows `base` with `combiners` to a fixed point; returns the originals followed by every union
 /// in the order found, keeping only those (originals and unions alike) that `keep` accepts.
 ///
+/// Bounded by the context's candidate limit: more candidates held (unions not kept included),
+/// or more than [`PAIR_WORK`] times that many pair visits (partners looked at, partial
+/// tuple-argument combinations built), is an error, checked as the unions are found, so that
+/// neither memory nor time can run away before the fixed point.
+///
 /// Most unions are only stepping stones to others (they have several exits, say, and `keep` is
 /// a validity test): the label and rule name of a union of two plain sub-graphs are built only
 /// if it is kept, from the pair that made it (`origin`).
@@ -28,8 +33,14 @@ pub(super) fn combine(
     combiners: &[Combiner],
     max_depth: u32,
     keep: &dyn Fn(&SubGraph) -> bool,
-) -> Vec<Candidate> {
+) -> Result<Vec<Candidate>, Bound> {
     let g = cx.g;
+    let max = cx.max_candidates;
+    let steps = PAIR_WORK.saturating_mul(max as u64);
+    let mut work_left = steps;
+    if base.len() > max {
+        return Err(Bound::Candidates);
+    }
     let mut all = Rounds::default();
     // Per candidate: the pair it is the union of, when its label and rule name are deferred
     // (both are empty until then).
@@ -102,17 +113,24 @@ pub(super) fn combine(
     let mut first_new = 0;
     loop {
         let mut added = Added::default();
+        let held = all.len();
         // Adds a union unless it is too deep or already known; `name` labels a kept union and
         // gives its rule name.
         let push = |seen: &mut Seen,
                     mut sg: SubGraph,
                     name: &mut dyn FnMut(&mut SubGraph) -> String,
-                    added: &mut Added| {
+                    added: &mut Added|
+         -> Result<(), Bound> {
             if sg.depth <= max_depth && seen.insert(&sg) {
                 let rule_name = name(&mut sg);
                 added.push(cx.candidate(sg, rule_name), None);
+                if held + added.candidates.len() > max {
+                    return Err(Bound::Candidates);
+                }
             }
+            Ok(())
         };
+        let over = |added: &Added| held + added.candidates.len() > max;
         for comb in combiners {
             match comb {
                 Combiner::ByKind(rules) => {
@@ -199,7 +217,7 @@ pub(super) fn combine(
                         };
                         let side = &up.sub_graph;
                         let at = (&by_entry[..], limit, usize::MAX);
-                        gather(
+                        let visits = gather(
                             &mut insides,
                             &mut marks,
                             side,
@@ -207,8 +225,14 @@ pub(super) fn combine(
                             at,
                             &mut partners,
                         );
+                        work_left = work_left
+                            .checked_sub(visits)
+                            .ok_or(Bound::PairWork { steps })?;
                         for &di in &partners {
                             try_pair(&insides, ui, di, &mut added);
+                        }
+                        if over(&added) {
+                            return Err(Bound::Candidates);
                         }
                     }
                     for (di, down) in all.iter_from(first_new) {
@@ -218,7 +242,7 @@ pub(super) fn combine(
                         // Only old upstreams: pairs of two new ones were tried above.
                         let side = &down.sub_graph;
                         let at = (&by_output[..], limit, first_new);
-                        gather(
+                        let visits = gather(
                             &mut insides,
                             &mut marks,
                             side,
@@ -226,8 +250,14 @@ pub(super) fn combine(
                             at,
                             &mut partners,
                         );
+                        work_left = work_left
+                            .checked_sub(visits)
+                            .ok_or(Bound::PairWork { steps })?;
                         for &ui in &partners {
                             try_pair(&insides, ui, di, &mut added);
+                        }
+                        if over(&added) {
+                            return Err(Bound::Candidates);
                         }
                     }
                 }
@@ -242,7 +272,12 @@ pub(super) fn combine(
                     first_new,
                     &mut |seen: &mut Seen, sg, name| push(seen, sg, name, &mut added),
                     &mut seen,
-                ),
+                    &mut work_left,
+                )
+                .map_err(|b| match b {
+                    Bound::PairWork { .. } => Bound::PairWork { steps },
+                    b => b,
+                })?,
                 Combiner::TupleProj => {
                     for (ci, c) in all.iter_from(first_new) {
                         for o in c.sub_graph.output.iter() {
@@ -266,7 +301,7 @@ pub(super) fn combine(
                             );
                             let c = resolved(&all, &origin, ci);
                             if let Some(u) = c.sub_graph.disjoint_union(g, &proj) {
-                                push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added);
+                                push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added)?;
                             }
                         }
                     }
@@ -294,7 +329,7 @@ pub(super) fn combine(
                         );
                         let c = resolved(&all, &origin, ci);
                         if let Some(u) = c.sub_graph.disjoint_union(g, &k) {
-                            push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added);
+                            push(&mut seen, u, &mut |_| c.rule_name.clone(), &mut added)?;
                         }
                     }
                 }
@@ -325,7 +360,8 @@ pub(super) fn combine(
         .map(|k| names_of(&all, &origin, k))
         .collect();
     names.reverse();
-    all.chunks
+    Ok(all
+        .chunks
         .into_iter()
         .flatten()
         .zip(kept)
@@ -340,7 +376,7 @@ pub(super) fn combine(
             }
             c
         })
-        .collect()
+        .collect())
 }
 
 /// The candidates so far, one array per round: a round's new candidates are moved in as they
@@ -547,6 +583,7 @@ struct Marks {
 /// The partners of `side` for the pair search, into `partners` in index order: the candidates
 /// listed in `index` (by entry or by output) at `nodes` (its outputs or entries), with kinds up
 /// to `limit` and indices below `below`, each once, leaving out those that overlap `side`.
+/// Returns the number of index entries visited (the work done).
 fn gather(
     insides: &mut Insides,
     marks: &mut Marks,
@@ -554,13 +591,15 @@ fn gather(
     nodes: impl Iterator<Item = usize>,
     (index, limit, below): (&[Buckets], usize, usize),
     partners: &mut Vec<usize>,
-) {
+) -> u64 {
     marks.query += 1;
     let query = marks.query;
     insides.load(&side.inside);
     partners.clear();
+    let mut visits = 0u64;
     for n in nodes {
         for bucket in &index[n][..=limit.min(KINDS - 1)] {
+            visits += bucket.len() as u64;
             for m in bucket {
                 let k = m.index as usize;
                 if k >= below {
@@ -579,6 +618,7 @@ fn gather(
     }
     insides.unload(&side.inside);
     partners.sort_unstable();
+    visits
 }
 
 /// Number of distinct kind values (`OpPattern` discriminants 0..=8).
@@ -757,20 +797,26 @@ fn union_key(a: &SubGraph, b: &SubGraph) -> Key {
 /// Labels a kept union and gives its rule name (called only for unions that are kept).
 type Namer<'a> = dyn FnMut(&mut SubGraph) -> String + 'a;
 
+/// Adds a union (see `combine`); an error once more candidates are held than allowed.
+type Push<'a> = dyn FnMut(&mut Seen, SubGraph, &mut Namer<'_>) -> Result<(), Bound> + 'a;
+
 /// "I → tuple → I": an injective consumer of a tuple, the tuple, and a producer for every field.
 /// `consumers` are the candidates of kind at most injective with a tuple among their inputs, in
 /// index order.
 /// Combinations are built on inside sets; one made only of candidates from earlier rounds was
-/// already tried, so it is pruned as soon as no later field can bring a new member.
+/// already tried, so it is pruned as soon as no later field can bring a new member. Each
+/// partial combination built costs one unit of `work_left`.
+#[allow(clippy::too_many_arguments)]
 fn tuple_arg(
     cx: &Eval<'_, '_>,
     parts: Named<'_>,
     consumers: &[usize],
     by_exit: &[Vec<usize>],
     first_new: usize,
-    push: &mut dyn FnMut(&mut Seen, SubGraph, &mut Namer<'_>),
+    push: &mut Push<'_>,
     seen: &mut Seen,
-) {
+    work_left: &mut u64,
+) -> Result<(), Bound> {
     let g = cx.g;
     let all = parts.all;
     let mut contain: Vec<u64> = Vec::new();
@@ -870,6 +916,9 @@ fn tuple_arg(
                             if !seen.insert(inside.clone()) {
                                 continue;
                             }
+                            *work_left = work_left
+                                .checked_sub(1)
+                                .ok_or(Bound::PairWork { steps: 0 })?;
                             let mut m = members.clone();
                             m.push(p);
                             next.push((is_new, inside, m));
@@ -922,7 +971,7 @@ fn tuple_arg(
                         let (label, name) = names();
                         sg.label = label;
                         name
-                    });
+                    })?;
                     continue;
                 }
                 let resolved: Vec<Cow<'_, Candidate>> =
@@ -953,8 +1002,9 @@ fn tuple_arg(
                 if !ok {
                     continue;
                 }
-                push(seen, acc, &mut |_| names().1);
+                push(seen, acc, &mut |_| names().1)?;
             }
         }
     }
+    Ok(())
 }

@@ -67,19 +67,53 @@ impl Language for ENode {
     }
 }
 
-/// Why equivalence saturation stopped.
+/// What adds e-nodes to the e-graph: the built-in commutativity of `add` and `multiply`, or a
+/// declared equivalence or rewrite (by index in [`Program::equivalences`] or
+/// [`Program::rewrites`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    /// No equivalence added anything new.
-    Saturated,
-    /// The round limit was reached.
-    RoundLimit,
-    /// The e-graph grew past its size limit.
-    SizeLimit,
+pub enum Grower {
+    /// Commutativity of `add` and `multiply`.
+    Commutativity,
+    /// `equiv` number `i`.
+    Equivalence(usize),
+    /// `rewrite` number `i`.
+    Rewrite(usize),
 }
 
-/// Rounds of equivalence application at most.
-const MAX_ROUNDS: usize = 8;
+/// The e-graph outgrew one of its limits ([`EGraphLimits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EGraphOverflow {
+    /// More than `max_enodes` e-nodes were added, or matching one equivalence in one round built
+    /// more than [`MATCH_WORK`] × (the e-nodes and `max_enodes`) partial matches (`work`).
+    ENodes {
+        /// What was growing.
+        grower: Grower,
+        /// The partial matches allowed, when the matching work rather than the e-nodes passed
+        /// the bound.
+        work: Option<u64>,
+    },
+    /// The equivalences still changed the e-graph after `max_iters` rounds.
+    Iterations {
+        /// What changed it most in the last round.
+        grower: Grower,
+    },
+}
+
+/// The bounds of equivalence saturation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EGraphLimits {
+    /// E-nodes that equivalences may add beyond the one per value node of the graph and the
+    /// swapped form of each of its `add` and `multiply` calls.
+    pub max_enodes: usize,
+    /// Rounds of equivalence application.
+    pub max_iters: usize,
+}
+
+/// Partial matches the matcher may build per e-node and per unit of a limit: matching one
+/// equivalence in one round may build `MATCH_WORK × (e-nodes + max_enodes)` of them, and one
+/// pattern rule of a target `MATCH_WORK × (e-nodes + max_candidates)`. Matching on the shipped
+/// rules needs at most about 8 per e-node (a BERT-large of 384 layers).
+pub const MATCH_WORK: u64 = 4;
 
 /// The e-graph of one dataflow graph.
 pub(crate) struct MatchGraph {
@@ -88,18 +122,26 @@ pub(crate) struct MatchGraph {
     pub class_of: Vec<Option<Id>>,
     /// Attribute values referenced by `NodeOp::Call`.
     pub attrs: Vec<Attrs>,
-    /// The representative dataflow node of each class (canonical ids), for captures.
-    pub why_stopped: StopReason,
+    /// Rounds of equivalence application until nothing changed (the last one included).
+    pub rounds: usize,
+    /// The most e-nodes the e-graph may hold.
+    cap: usize,
 }
 
 impl MatchGraph {
-    /// Builds the e-graph of `g` and applies the built-in and declared equivalences.
-    pub fn build(g: &DataflowGraph<'_>, program: &Program) -> MatchGraph {
+    /// Builds the e-graph of `g` and applies the built-in and declared equivalences to a fixed
+    /// point, within `limits`.
+    pub fn build(
+        g: &DataflowGraph<'_>,
+        program: &Program,
+        limits: &EGraphLimits,
+    ) -> Result<MatchGraph, EGraphOverflow> {
         let mut mg = MatchGraph {
             egraph: EGraph::default(),
             class_of: vec![None; g.len()],
             attrs: Vec::new(),
-            why_stopped: StopReason::Saturated,
+            rounds: 0,
+            cap: usize::MAX,
         };
         for i in 0..g.len() {
             let Some(e) = g.expr(i) else { continue };
@@ -134,38 +176,101 @@ impl MatchGraph {
             });
             mg.class_of[i] = Some(id);
         }
-        mg.saturate(g, program);
-        mg
+        mg.saturate(g, program, limits)?;
+        Ok(mg)
     }
 
-    fn saturate(&mut self, g: &DataflowGraph<'_>, program: &Program) {
-        let limit = 4 * self.egraph.total_number_of_nodes() + 64;
-        for _ in 0..MAX_ROUNDS {
-            let before = self.egraph.total_number_of_nodes();
-            let unions_before = self.egraph.number_of_classes();
-            self.commute();
-            for (lhs, rhs) in program.equivalences.iter().chain(&program.rewrites) {
-                self.apply(g, lhs, rhs);
+    /// E-nodes in the e-graph (each distinct e-node once, merged ones included).
+    pub fn size(&self) -> usize {
+        self.added()
+    }
+
+    /// E-nodes added so far (each distinct e-node once; `EGraph::nodes` only grows).
+    fn added(&self) -> usize {
+        self.egraph.nodes().len()
+    }
+
+    fn check_size(&self, grower: Grower) -> Result<(), EGraphOverflow> {
+        if self.added() > self.cap {
+            return Err(EGraphOverflow::ENodes { grower, work: None });
+        }
+        Ok(())
+    }
+
+    /// Rounds of commutativity and every declared equivalence (both ways) and rewrite, until a
+    /// round changes nothing.
+    fn saturate(
+        &mut self,
+        g: &DataflowGraph<'_>,
+        program: &Program,
+        limits: &EGraphLimits,
+    ) -> Result<(), EGraphOverflow> {
+        // What added the most e-nodes (or, failing that, merged the most classes) in the last
+        // round: blamed when a later step, or the round limit, reports the growth.
+        let mut blamed = Grower::Commutativity;
+        loop {
+            if self.rounds == limits.max_iters {
+                return Err(EGraphOverflow::Iterations { grower: blamed });
             }
-            for (lhs, rhs) in &program.equivalences {
-                self.apply(g, rhs, lhs);
+            self.rounds += 1;
+            let before = (self.added(), self.egraph.number_of_classes());
+            let mut most = (0usize, 0usize, Grower::Commutativity);
+            let mut track = |mg: &MatchGraph, at: (usize, usize), grower: Grower| {
+                let grew = (
+                    mg.added() - at.0,
+                    at.1.saturating_sub(mg.egraph.number_of_classes()),
+                );
+                if (grew.0, grew.1) > (most.0, most.1) {
+                    most = (grew.0, grew.1, grower);
+                }
+            };
+            let at = (self.added(), self.egraph.number_of_classes());
+            // Commutativity adds one e-node per `add` and `multiply`: growth seen here comes
+            // from what the declared equivalences built.
+            self.commute(blamed)?;
+            if self.rounds == 1 {
+                // The graph's own e-nodes and their swapped forms (one per `add` and
+                // `multiply`): what the equivalences add is counted from here.
+                self.cap = self.added().saturating_add(limits.max_enodes);
+            }
+            track(self, at, Grower::Commutativity);
+            let declared = program
+                .equivalences
+                .iter()
+                .enumerate()
+                .map(|(i, (l, r))| (l, r, Grower::Equivalence(i)))
+                .chain(
+                    program
+                        .rewrites
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (l, r))| (l, r, Grower::Rewrite(i))),
+                )
+                .chain(
+                    program
+                        .equivalences
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (l, r))| (r, l, Grower::Equivalence(i))),
+                );
+            for (lhs, rhs, grower) in declared {
+                let at = (self.added(), self.egraph.number_of_classes());
+                self.apply(g, lhs, rhs, grower, limits)?;
+                track(self, at, grower);
             }
             self.egraph.rebuild();
-            let after = self.egraph.total_number_of_nodes();
-            if after > limit {
-                self.why_stopped = StopReason::SizeLimit;
-                return;
+            if most.0 > 0 || most.1 > 0 {
+                blamed = most.2;
             }
-            if after == before && self.egraph.number_of_classes() == unions_before {
-                self.why_stopped = StopReason::Saturated;
-                return;
+            if (self.added(), self.egraph.number_of_classes()) == before {
+                return Ok(());
             }
         }
-        self.why_stopped = StopReason::RoundLimit;
     }
 
-    /// Adds the swapped form of every two-argument `add` and `multiply`.
-    fn commute(&mut self) {
+    /// Adds the swapped form of every two-argument `add` and `multiply`; past the size limit,
+    /// `blamed` is reported.
+    fn commute(&mut self, blamed: Grower) -> Result<(), EGraphOverflow> {
         let mut new = Vec::new();
         for class in self.egraph.classes() {
             for n in &class.nodes {
@@ -183,15 +288,33 @@ impl MatchGraph {
         for (id, n) in new {
             let added = self.egraph.add(n);
             self.egraph.union(id, added);
+            self.check_size(blamed)?;
         }
+        Ok(())
     }
 
     /// Wherever `lhs` matches, adds `rhs` (with the captures' classes) to the matched class.
-    fn apply(&mut self, g: &DataflowGraph<'_>, lhs: &Pattern, rhs: &Pattern) {
+    fn apply(
+        &mut self,
+        g: &DataflowGraph<'_>,
+        lhs: &Pattern,
+        rhs: &Pattern,
+        grower: Grower,
+        limits: &EGraphLimits,
+    ) -> Result<(), EGraphOverflow> {
+        let steps = MATCH_WORK
+            .saturating_mul((self.added() as u64).saturating_add(limits.max_enodes as u64));
+        let too_much = EGraphOverflow::ENodes {
+            grower,
+            work: Some(steps),
+        };
+        let mut budget = super::matcher::Budget::new(steps);
         let mut work = Vec::new();
         let classes: Vec<Id> = self.egraph.classes().map(|c| c.id).collect();
         for class in classes {
-            for m in super::matcher::match_class(self, g, lhs, class) {
+            let found = super::matcher::match_class(self, g, lhs, class, &mut budget)
+                .map_err(|_| too_much)?;
+            for m in found {
                 work.push((class, m));
             }
         }
@@ -202,7 +325,9 @@ impl MatchGraph {
             if let Some(id) = self.instantiate(rhs, &m.caps, Some(cover)) {
                 self.egraph.union(class, id);
             }
+            self.check_size(grower)?;
         }
+        Ok(())
     }
 
     /// Builds the e-nodes of a right-hand side; the root covers `root_cover`.

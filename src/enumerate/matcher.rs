@@ -23,16 +23,43 @@ pub(crate) struct Match {
     pub caps: Vec<Option<Id>>,
 }
 
-/// Upper bound on the partial matches kept while matching one argument list; guards against
-/// patterns whose alternatives multiply combinatorially.
-const MAX_MATCHES: usize = 256;
+/// How many partial matches the matcher may still build. Patterns whose alternatives, optional
+/// parts or equivalent forms multiply combinatorially exhaust it rather than the memory.
+pub(crate) struct Budget {
+    left: u64,
+}
 
-/// The sub-graphs of every match of `p` (one per distinct cover, in order of the root node).
+/// The matcher used up its [`Budget`], or found more distinct matches than allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Overflow {
+    /// The budget of partial matches ran out.
+    Work,
+    /// More distinct matches than allowed.
+    Matches,
+}
+
+impl Budget {
+    pub fn new(steps: u64) -> Budget {
+        Budget { left: steps }
+    }
+
+    /// Pays for one partial match.
+    #[inline]
+    fn spend(&mut self) -> Result<(), Overflow> {
+        self.left = self.left.checked_sub(1).ok_or(Overflow::Work)?;
+        Ok(())
+    }
+}
+
+/// The sub-graphs of every match of `p` (one per distinct cover, in order of the root node); at
+/// most `max` of them, built with at most `budget` partial matches.
 pub(crate) fn pattern_candidates(
     g: &DataflowGraph<'_>,
     mg: &MatchGraph,
     p: &Pattern,
-) -> Vec<SubGraph> {
+    budget: &mut Budget,
+    max: usize,
+) -> Result<Vec<SubGraph>, Overflow> {
     let mut out = Vec::new();
     let mut seen: rustc_hash::FxHashSet<Vec<u32>> = Default::default();
     let mut roots_seen: rustc_hash::FxHashSet<Id> = Default::default();
@@ -48,18 +75,21 @@ pub(crate) fn pattern_candidates(
             cover: Vec::new(),
             caps: vec![None; captures],
         };
-        for m in match_at(mg, g, p, mg.egraph.find(class), start) {
+        for m in match_at(mg, g, p, mg.egraph.find(class), start, budget)? {
             let mut cover = m.cover;
             cover.sort_unstable();
             cover.dedup();
             if cover.is_empty() || !seen.insert(cover.clone()) {
                 continue;
             }
+            if out.len() == max {
+                return Err(Overflow::Matches);
+            }
             let inside = IndexSet::from_indices(g.len(), cover.iter().map(|&i| i as usize));
             out.push(SubGraph::new(g, inside));
         }
     }
-    out
+    Ok(out)
 }
 
 /// All matches of `p` at `class` (fresh captures).
@@ -68,12 +98,13 @@ pub(crate) fn match_class(
     g: &DataflowGraph<'_>,
     p: &Pattern,
     class: Id,
-) -> Vec<Match> {
+    budget: &mut Budget,
+) -> Result<Vec<Match>, Overflow> {
     let start = Match {
         cover: Vec::new(),
         caps: vec![None; capture_count(p)],
     };
-    match_at(mg, g, p, mg.egraph.find(class), start)
+    match_at(mg, g, p, mg.egraph.find(class), start, budget)
 }
 
 fn capture_count(p: &Pattern) -> usize {
@@ -106,27 +137,27 @@ fn match_at(
     p: &Pattern,
     class: Id,
     m: Match,
-) -> Vec<Match> {
+    budget: &mut Budget,
+) -> Result<Vec<Match>, Overflow> {
     let class = mg.egraph.find(class);
     let nodes = &mg.egraph[class].nodes;
-    match p {
+    Ok(match p {
         Pattern::Wildcard => vec![m],
-        Pattern::Const => nodes
-            .iter()
-            .filter(|n| n.op == NodeOp::Const)
-            .take(1)
-            .map(|n| {
+        Pattern::Const => match nodes.iter().find(|n| n.op == NodeOp::Const) {
+            Some(n) => {
+                budget.spend()?;
                 let mut x = m.clone();
                 add_cover(g, &mut x, &n.cover);
-                x
-            })
-            .collect(),
+                vec![x]
+            }
+            None => Vec::new(),
+        },
         Pattern::Capture(id, inner) => {
             let slot = *id as usize;
             if m.caps[slot].is_some_and(|b| mg.egraph.find(b) != class) {
-                return Vec::new();
+                return Ok(Vec::new());
             }
-            match_at(mg, g, inner, class, m)
+            match_at(mg, g, inner, class, m, budget)?
                 .into_iter()
                 .filter_map(|mut x| match x.caps[slot] {
                     Some(b) if mg.egraph.find(b) != class => None,
@@ -137,7 +168,9 @@ fn match_at(
                 })
                 .collect()
         }
-        Pattern::Call { ops, attrs, args } => call_matches(mg, g, class, ops, attrs, args, m),
+        Pattern::Call { ops, attrs, args } => {
+            call_matches(mg, g, class, ops, attrs, args, m, budget)?
+        }
         Pattern::Optional {
             ops,
             attrs,
@@ -146,14 +179,16 @@ fn match_at(
         } => {
             let mut all_args = vec![(**first).clone()];
             all_args.extend(rest.iter().cloned());
-            let mut out = call_matches(mg, g, class, ops, attrs, &all_args, m.clone());
-            out.extend(match_at(mg, g, first, class, m));
+            budget.spend()?;
+            let mut out = call_matches(mg, g, class, ops, attrs, &all_args, m.clone(), budget)?;
+            out.extend(match_at(mg, g, first, class, m, budget)?);
             out
         }
         Pattern::Alt(alts) => {
             let mut out = Vec::new();
             for a in alts {
-                out.extend(match_at(mg, g, a, class, m.clone()));
+                budget.spend()?;
+                out.extend(match_at(mg, g, a, class, m.clone(), budget)?);
             }
             out
         }
@@ -163,37 +198,42 @@ fn match_at(
                 .iter()
                 .filter(|n| n.op == NodeOp::Tuple && n.children.len() == fields.len())
             {
+                budget.spend()?;
                 let mut x = m.clone();
                 add_cover(g, &mut x, &n.cover);
-                out.extend(seq(mg, g, fields, &n.children, x));
+                out.extend(seq(mg, g, fields, &n.children, x, budget)?);
             }
             out
         }
-        Pattern::AnyTuple => nodes
-            .iter()
-            .filter(|n| n.op == NodeOp::Tuple)
-            .take(1)
-            .map(|n| {
+        Pattern::AnyTuple => match nodes.iter().find(|n| n.op == NodeOp::Tuple) {
+            Some(n) => {
+                budget.spend()?;
                 let mut x = m.clone();
                 add_cover(g, &mut x, &n.cover);
-                x
-            })
-            .collect(),
+                vec![x]
+            }
+            None => Vec::new(),
+        },
         Pattern::Proj(inner, i) => {
             let mut out = Vec::new();
             for n in nodes.iter().filter(|n| n.op == NodeOp::Proj(*i)) {
+                budget.spend()?;
                 let mut x = m.clone();
                 add_cover(g, &mut x, &n.cover);
-                out.extend(match_at(mg, g, inner, n.children[0], x));
+                out.extend(match_at(mg, g, inner, n.children[0], x, budget)?);
             }
             out
         }
         Pattern::DType(inner, ds) => match class_type(mg, g, class) {
-            Some(Type::Tensor(t)) if ds.contains(&t.dtype) => match_at(mg, g, inner, class, m),
+            Some(Type::Tensor(t)) if ds.contains(&t.dtype) => {
+                match_at(mg, g, inner, class, m, budget)?
+            }
             _ => Vec::new(),
         },
         Pattern::Rank(inner, r) => match class_type(mg, g, class) {
-            Some(Type::Tensor(t)) if t.rank() == *r as usize => match_at(mg, g, inner, class, m),
+            Some(Type::Tensor(t)) if t.rank() == *r as usize => {
+                match_at(mg, g, inner, class, m, budget)?
+            }
             _ => Vec::new(),
         },
         Pattern::Shape(inner, dims) => match class_type(mg, g, class) {
@@ -204,11 +244,11 @@ fn match_at(
                         .zip(dims)
                         .all(|(d, want)| want.is_none_or(|w| *d == Dim::Fixed(w))) =>
             {
-                match_at(mg, g, inner, class, m)
+                match_at(mg, g, inner, class, m, budget)?
             }
             _ => Vec::new(),
         },
-        Pattern::Where(inner, p) => match_at(mg, g, inner, class, m)
+        Pattern::Where(inner, p) => match_at(mg, g, inner, class, m, budget)?
             .into_iter()
             .filter(|x| {
                 let caps: Vec<Option<usize>> = x
@@ -219,7 +259,7 @@ fn match_at(
                 pred::holds(g, p, &caps)
             })
             .collect(),
-    }
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -231,8 +271,12 @@ fn call_matches(
     attrs: &[(String, crate::ir::AttrValue)],
     args: &[Pattern],
     m: Match,
-) -> Vec<Match> {
+    budget: &mut Budget,
+) -> Result<Vec<Match>, Overflow> {
     let mut out = Vec::new();
+    // Matches found so far, hashed once there are more than a few (a linear scan is cheaper
+    // for the usual handful).
+    let mut found: Option<rustc_hash::FxHashSet<Match>> = None;
     for n in &mg.egraph[class].nodes {
         let NodeOp::Call(op, a) = n.op else { continue };
         if !ops.contains(&op) || n.children.len() != args.len() {
@@ -246,15 +290,23 @@ fn call_matches(
         {
             continue;
         }
+        budget.spend()?;
         let mut x = m.clone();
         add_cover(g, &mut x, &n.cover);
-        for r in seq(mg, g, args, &n.children, x) {
-            if !out.contains(&r) {
+        for r in seq(mg, g, args, &n.children, x, budget)? {
+            let fresh = if out.len() < 8 {
+                !out.contains(&r)
+            } else {
+                found
+                    .get_or_insert_with(|| out.iter().cloned().collect())
+                    .insert(r.clone())
+            };
+            if fresh {
                 out.push(r);
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Matches each pattern against the corresponding class, threading the captures through.
@@ -264,7 +316,8 @@ fn seq(
     pats: &[Pattern],
     classes: &[Id],
     m: Match,
-) -> Vec<Match> {
+    budget: &mut Budget,
+) -> Result<Vec<Match>, Overflow> {
     let mut partial = vec![m];
     for (p, &c) in pats.iter().zip(classes) {
         let mut next = Vec::new();
@@ -272,11 +325,7 @@ fn seq(
             if matches!(p, Pattern::Wildcard) {
                 next.push(x);
             } else {
-                next.extend(match_at(mg, g, p, c, x));
-            }
-            if next.len() > MAX_MATCHES {
-                next.truncate(MAX_MATCHES);
-                break;
+                next.extend(match_at(mg, g, p, c, x, budget)?);
             }
         }
         partial = next;
@@ -284,5 +333,5 @@ fn seq(
             break;
         }
     }
-    partial
+    Ok(partial)
 }

@@ -16,7 +16,7 @@ mod matcher;
 mod pred;
 pub mod subgraph;
 
-pub use egraph::StopReason;
+pub use egraph::{Grower, MATCH_WORK};
 pub use graph::DataflowGraph;
 pub use subgraph::SubGraph;
 
@@ -26,21 +26,118 @@ use crate::ruletree::{Combiner, Program, Rule, SubGraphConfig, Target};
 use std::collections::HashSet;
 use subgraph::nest_labels;
 
-/// Depth limits used where a rule or target does not set one (collage-semantics Q15: TVM has no
-/// defaults; ours are 8 and 8).
+/// The bounds of enumeration: depth limits used where a rule or target does not set one
+/// (collage-semantics Q15: TVM has no defaults; ours are 8 and 8), and limits on the e-graph and
+/// on each target's candidates, so that no rules file can make enumeration grow without bound.
+/// Reaching one of the latter is an error ([`LimitError`]), never a silently smaller search
+/// space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Depth limit for native targets.
     pub tvm_max_depth: u32,
     /// Depth limit for BYOC targets.
     pub byoc_max_depth: u32,
+    /// E-nodes the equivalences may add to the e-graph, beyond the one per value node of the
+    /// function and the swapped form of each of its `add` and `multiply` calls
+    /// (`--max-enodes`).
+    pub max_enodes: usize,
+    /// Rounds of equivalence application before the e-graph must be saturated
+    /// (`--max-egraph-iters`).
+    pub max_egraph_iters: usize,
+    /// Candidates one rule of a target may hold, the unions a `combine` builds on the way to
+    /// its fixed point included (`--max-candidates`). Combining may also visit at most
+    /// [`PAIR_WORK`] times as many pairs, and matching one pattern rule may build at most
+    /// [`MATCH_WORK`] times as many partial matches as there are e-nodes and allowed
+    /// candidates together.
+    pub max_candidates: usize,
 }
+
+/// Default of [`Limits::max_enodes`].
+pub const DEFAULT_MAX_ENODES: usize = 100_000;
+/// Default of [`Limits::max_egraph_iters`].
+pub const DEFAULT_MAX_EGRAPH_ITERS: usize = 30;
+/// Default of [`Limits::max_candidates`].
+pub const DEFAULT_MAX_CANDIDATES: usize = 500_000;
+/// Pairs of candidates the combiner may visit per unit of [`Limits::max_candidates`].
+pub const PAIR_WORK: u64 = 128;
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             tvm_max_depth: 8,
             byoc_max_depth: 8,
+            max_enodes: DEFAULT_MAX_ENODES,
+            max_egraph_iters: DEFAULT_MAX_EGRAPH_ITERS,
+            max_candidates: DEFAULT_MAX_CANDIDATES,
+        }
+    }
+}
+
+/// Which bound of enumeration was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// More e-nodes than [`Limits::max_enodes`].
+    ENodes,
+    /// Matching an equivalence in one round built more than `steps` = [`MATCH_WORK`] × (the
+    /// e-nodes and [`Limits::max_enodes`]) partial matches.
+    ENodeWork {
+        /// The partial matches allowed.
+        steps: u64,
+    },
+    /// Not saturated after [`Limits::max_egraph_iters`] rounds.
+    EGraphIters,
+    /// More candidates than [`Limits::max_candidates`].
+    Candidates,
+    /// Combining visited more than `steps` = [`PAIR_WORK`] × [`Limits::max_candidates`]
+    /// pairs.
+    PairWork {
+        /// The pair visits allowed.
+        steps: u64,
+    },
+    /// Matching a pattern rule built more than `steps` = [`MATCH_WORK`] × (the e-nodes and
+    /// [`Limits::max_candidates`]) partial matches.
+    MatchWork {
+        /// The partial matches allowed.
+        steps: u64,
+    },
+}
+
+/// Enumeration reached one of its [`Limits`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum LimitError {
+    /// The e-graph, while equivalences were applied.
+    EGraph {
+        /// The bound reached.
+        bound: Bound,
+        /// What was growing it.
+        grower: Grower,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// A target's rules.
+    Target {
+        /// The bound reached.
+        bound: Bound,
+        /// The target, by index in [`Program::targets`].
+        target: usize,
+        /// The rule that grew, as `collage check --print` writes its head (`combine
+        /// [by_kind(A->A)] max_depth=8`, `pattern "name"`, ...).
+        rule: String,
+        /// The limit in force.
+        limit: usize,
+    },
+}
+
+impl LimitError {
+    /// The command-line flag that raises the limit reached.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            LimitError::EGraph {
+                bound: Bound::EGraphIters,
+                ..
+            } => "--max-egraph-iters",
+            LimitError::EGraph { .. } => "--max-enodes",
+            LimitError::Target { .. } => "--max-candidates",
         }
     }
 }
@@ -75,15 +172,47 @@ impl std::hash::Hash for Candidate {
 pub struct Enumeration {
     /// Candidates of every target, grouped by target in program order.
     pub candidates: Vec<Candidate>,
-    /// Why applying equivalences to the e-graph stopped.
-    pub equivalences: StopReason,
+    /// Rounds of equivalence application until the e-graph was saturated.
+    pub egraph_rounds: usize,
     /// Size of the e-graph after equivalences: (e-nodes, e-classes).
     pub egraph_size: (usize, usize),
 }
 
-/// Candidates of every target of `program` for one function.
-pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> Enumeration {
-    let mg = egraph::MatchGraph::build(g, program);
+/// The e-graph of `g` with the program's equivalences, within the limits.
+fn match_graph(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    limits: &Limits,
+) -> Result<egraph::MatchGraph, LimitError> {
+    let bounds = egraph::EGraphLimits {
+        max_enodes: limits.max_enodes,
+        max_iters: limits.max_egraph_iters,
+    };
+    egraph::MatchGraph::build(g, program, &bounds).map_err(|e| match e {
+        egraph::EGraphOverflow::ENodes { grower, work } => LimitError::EGraph {
+            bound: match work {
+                Some(steps) => Bound::ENodeWork { steps },
+                None => Bound::ENodes,
+            },
+            grower,
+            limit: limits.max_enodes,
+        },
+        egraph::EGraphOverflow::Iterations { grower } => LimitError::EGraph {
+            bound: Bound::EGraphIters,
+            grower,
+            limit: limits.max_egraph_iters,
+        },
+    })
+}
+
+/// Candidates of every target of `program` for one function. When a target reaches a limit,
+/// the error of the first such target in program order is returned.
+pub fn enumerate(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    limits: &Limits,
+) -> Result<Enumeration, LimitError> {
+    let mg = match_graph(g, program, limits)?;
     // Targets with the same rule tree, compiler and depth limit (a native target on two
     // devices, say) have the same candidates: evaluate each such tree once.
     let n = program.targets.len();
@@ -102,16 +231,24 @@ pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> E
     // The distinct trees are independent: evaluate them on all cores, each
     // result stored under its target's index so the output order does not depend on timing.
     let distinct: Vec<usize> = (0..n).filter(|&t| same_as[t] == t).collect();
-    let results: Vec<std::sync::Mutex<Option<Vec<Candidate>>>> =
-        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    type Slot = std::sync::Mutex<Option<Result<Vec<Candidate>, LimitError>>>;
+    let results: Vec<Slot> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
+    // Set when a target reaches a limit: the other workers stop taking targets.
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let workers = std::thread::available_parallelism()
         .map_or(1, |p| p.get())
         .min(distinct.len());
     let work = || loop {
         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(&t) = distinct.get(k) else { break };
+        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
         let cands = target_candidates_in(g, &mg, program, t, limits);
+        if cands.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Ok(mut slot) = results[t].lock() {
             *slot = Some(cands);
         }
@@ -125,10 +262,17 @@ pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> E
     } else {
         work();
     }
-    let mut per_target: Vec<Vec<Candidate>> = results
-        .into_iter()
-        .map(|m| m.into_inner().ok().flatten().unwrap_or_default())
-        .collect();
+    let mut per_target: Vec<Vec<Candidate>> = Vec::with_capacity(n);
+    for m in results {
+        // Targets not evaluated (shared trees, or skipped after an error) stay empty here.
+        per_target.push(
+            m.into_inner()
+                .ok()
+                .flatten()
+                .transpose()?
+                .unwrap_or_default(),
+        );
+    }
     for t in 0..n {
         let u = same_as[t];
         if u != t {
@@ -147,14 +291,14 @@ pub fn enumerate(g: &DataflowGraph<'_>, program: &Program, limits: &Limits) -> E
         }
     }
     let candidates = per_target.into_iter().flatten().collect();
-    Enumeration {
+    Ok(Enumeration {
         candidates,
-        equivalences: mg.why_stopped,
+        egraph_rounds: mg.rounds,
         egraph_size: (
             mg.egraph.total_number_of_nodes(),
             mg.egraph.number_of_classes(),
         ),
-    }
+    })
 }
 
 /// The candidates of one target, de-duplicated, sorted by sub-graph order then rule name.
@@ -163,8 +307,8 @@ pub fn target_candidates(
     program: &Program,
     target: usize,
     limits: &Limits,
-) -> Vec<Candidate> {
-    let mg = egraph::MatchGraph::build(g, program);
+) -> Result<Vec<Candidate>, LimitError> {
+    let mg = match_graph(g, program, limits)?;
     target_candidates_in(g, &mg, program, target, limits)
 }
 
@@ -174,7 +318,7 @@ fn target_candidates_in(
     program: &Program,
     target: usize,
     limits: &Limits,
-) -> Vec<Candidate> {
+) -> Result<Vec<Candidate>, LimitError> {
     let t = &program.targets[target];
     let cx = Eval {
         g,
@@ -182,8 +326,9 @@ fn target_candidates_in(
         target,
         t,
         default_depth: default_depth(t, limits),
+        max_candidates: limits.max_candidates,
     };
-    let mut cands = cx.eval(&t.rule);
+    let mut cands = cx.eval(&t.rule)?;
     for c in &mut cands {
         c.rule_name = nest_labels(&t.name, &c.rule_name);
     }
@@ -194,15 +339,60 @@ fn target_candidates_in(
             .order(&b.sub_graph)
             .then_with(|| a.rule_name.cmp(&b.rule_name))
     });
-    cands
+    Ok(cands)
 }
 
 /// The depth limit of a target's rules where they set none.
-fn default_depth(t: &Target, limits: &Limits) -> u32 {
+pub fn default_depth(t: &Target, limits: &Limits) -> u32 {
     match (t.max_depth, &t.compiler) {
         (Some(d), _) => d,
         (None, Some(_)) => limits.byoc_max_depth,
         (None, None) => limits.tvm_max_depth,
+    }
+}
+
+/// The limits a target's rules put on the sub-graphs they produce, as far as validity can tell:
+/// the depth limit in force for the target and, when its rule tree is wrapped in `only_valid`
+/// (every `patterns` target, and the shipped native targets), that rule's exits and taps; the
+/// depth limit of a `combine` directly inside it applies too. Greedy regions grow, and chosen
+/// partitions coalesce, only within these limits, so a plan never holds a partition deeper or
+/// with more exits than its target's rules allow.
+pub fn target_limits(t: &Target, limits: &Limits) -> SubGraphConfig {
+    rule_limits(&t.rule, default_depth(t, limits))
+}
+
+fn rule_limits(rule: &Rule, default: u32) -> SubGraphConfig {
+    let combine_depth = |r: &Rule| match r {
+        Rule::Combine { max_depth, .. } => Some(max_depth.unwrap_or(default)),
+        _ => None,
+    };
+    match rule {
+        Rule::Primitive(sub) | Rule::Composite(_, sub) => rule_limits(sub, default),
+        Rule::OnlyValid(sub, config) => {
+            let own = config.max_depth.unwrap_or(default);
+            SubGraphConfig {
+                max_depth: Some(combine_depth(sub).map_or(own, |d| d.min(own))),
+                ..*config
+            }
+        }
+        Rule::Union(subs) => {
+            // The loosest of its parts.
+            let parts: Vec<SubGraphConfig> = subs.iter().map(|s| rule_limits(s, default)).collect();
+            SubGraphConfig {
+                max_depth: parts.iter().map(|c| c.max_depth).max().flatten(),
+                max_exits: if parts.iter().any(|c| c.max_exits == 0) {
+                    0
+                } else {
+                    parts.iter().map(|c| c.max_exits).max().unwrap_or(0)
+                },
+                allow_taps: parts.is_empty() || parts.iter().any(|c| c.allow_taps),
+            }
+        }
+        _ => SubGraphConfig {
+            max_depth: Some(combine_depth(rule).unwrap_or(default)),
+            max_exits: 0,
+            allow_taps: true,
+        },
     }
 }
 
@@ -221,9 +411,28 @@ pub(crate) struct Eval<'a, 'm> {
     pub target: usize,
     pub t: &'a Target,
     pub default_depth: u32,
+    pub max_candidates: usize,
 }
 
 impl Eval<'_, '_> {
+    /// The error for `rule` of this target reaching `bound`.
+    pub(crate) fn limit(&self, bound: Bound, rule: &Rule) -> LimitError {
+        LimitError::Target {
+            bound,
+            target: self.target,
+            rule: crate::ruletree::print::rule_head(rule, self.default_depth),
+            limit: self.max_candidates,
+        }
+    }
+
+    /// Fails if `n` candidates of `rule` are more than allowed.
+    fn within(&self, n: usize, rule: &Rule) -> Result<(), LimitError> {
+        if n > self.max_candidates {
+            return Err(self.limit(Bound::Candidates, rule));
+        }
+        Ok(())
+    }
+
     fn candidate(&self, sub_graph: SubGraph, rule_name: String) -> Candidate {
         Candidate {
             target: self.target,
@@ -236,15 +445,17 @@ impl Eval<'_, '_> {
         SubGraph::new(self.g, IndexSet::from_indices(self.g.len(), [i]))
     }
 
-    /// Evaluates `combine(sub, combiners)`, keeping the candidates `keep` accepts.
+    /// Evaluates `combine(sub, combiners)` (the rule `rule`), keeping the candidates `keep`
+    /// accepts.
     fn combine(
         &self,
+        rule: &Rule,
         sub: &Rule,
         combiners: &[Combiner],
         max_depth: Option<u32>,
         keep: &dyn Fn(&SubGraph) -> bool,
-    ) -> Vec<Candidate> {
-        let base = self.eval(sub);
+    ) -> Result<Vec<Candidate>, LimitError> {
+        let base = self.eval(sub)?;
         combine::combine(
             self,
             base,
@@ -252,23 +463,39 @@ impl Eval<'_, '_> {
             max_depth.unwrap_or(self.default_depth),
             keep,
         )
+        .map_err(|bound| self.limit(bound, rule))
     }
 
     /// Evaluates a rule tree.
-    pub fn eval(&self, rule: &Rule) -> Vec<Candidate> {
+    pub fn eval(&self, rule: &Rule) -> Result<Vec<Candidate>, LimitError> {
         let g = self.g;
-        match rule {
-            Rule::Pattern { name, pattern } => matcher::pattern_candidates(g, self.mg, pattern)
-                .into_iter()
-                .map(|sg| {
-                    let label = if name.is_empty() {
-                        sg.label.clone()
-                    } else {
-                        name.clone()
-                    };
-                    self.candidate(sg, label)
-                })
-                .collect(),
+        Ok(match rule {
+            Rule::Pattern { name, pattern } => {
+                let steps = MATCH_WORK.saturating_mul(
+                    (self.mg.size() as u64).saturating_add(self.max_candidates as u64),
+                );
+                let mut budget = matcher::Budget::new(steps);
+                matcher::pattern_candidates(g, self.mg, pattern, &mut budget, self.max_candidates)
+                    .map_err(|o| {
+                        self.limit(
+                            match o {
+                                matcher::Overflow::Work => Bound::MatchWork { steps },
+                                matcher::Overflow::Matches => Bound::Candidates,
+                            },
+                            rule,
+                        )
+                    })?
+                    .into_iter()
+                    .map(|sg| {
+                        let label = if name.is_empty() {
+                            sg.label.clone()
+                        } else {
+                            name.clone()
+                        };
+                        self.candidate(sg, label)
+                    })
+                    .collect()
+            }
             Rule::Ops { entries, prefix } => {
                 let mut out = Vec::new();
                 for i in 0..g.len() {
@@ -317,7 +544,7 @@ impl Eval<'_, '_> {
                 })
                 .collect(),
             Rule::Composite(name, sub) => self
-                .eval(sub)
+                .eval(sub)?
                 .into_iter()
                 .map(|c| {
                     let sg = c
@@ -331,7 +558,7 @@ impl Eval<'_, '_> {
                 if let Some(c) = &self.t.compiler {
                     attrs.push(("Compiler".to_string(), AttrValue::Str(c.clone())));
                 }
-                self.eval(sub)
+                self.eval(sub)?
                     .into_iter()
                     .map(|c| {
                         let sg = c.sub_graph.with_attrs(g, attrs.clone());
@@ -339,12 +566,19 @@ impl Eval<'_, '_> {
                     })
                     .collect()
             }
-            Rule::Union(subs) => subs.iter().flat_map(|s| self.eval(s)).collect(),
+            Rule::Union(subs) => {
+                let mut out = Vec::new();
+                for s in subs {
+                    out.extend(self.eval(s)?);
+                    self.within(out.len(), rule)?;
+                }
+                out
+            }
             Rule::Combine {
                 sub,
                 combiners,
                 max_depth,
-            } => self.combine(sub, combiners, *max_depth, &|_| true),
+            } => self.combine(rule, sub, combiners, *max_depth, &|_| true)?,
             Rule::OnlyValid(sub, config) => {
                 let config = SubGraphConfig {
                     max_depth: Some(config.max_depth.unwrap_or(self.default_depth)),
@@ -355,17 +589,17 @@ impl Eval<'_, '_> {
                     // Only the valid unions are wanted: the combination builds names for those
                     // alone.
                     Rule::Combine {
-                        sub,
+                        sub: inner,
                         combiners,
                         max_depth,
-                    } => self.combine(sub, combiners, *max_depth, &valid),
+                    } => self.combine(sub, inner, combiners, *max_depth, &valid)?,
                     _ => self
-                        .eval(sub)
+                        .eval(sub)?
                         .into_iter()
                         .filter(|c| valid(&c.sub_graph))
                         .collect(),
                 }
             }
-        }
+        })
     }
 }

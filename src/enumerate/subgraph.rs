@@ -239,6 +239,90 @@ impl SubGraph {
         Ok(self.union_with_nested(g, other, nested))
     }
 
+    /// The union of disjoint sub-graphs, the same as absorbing them one after the other, in
+    /// order ([`SubGraph::absorb`]), but built once: each level of nested sub-graphs is put
+    /// together in one pass (trivially unionable wrappers merged, composites side by side), so
+    /// the work is linear in the parts rather than in the parts times the growing union.
+    pub fn union_all(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> SubGraph {
+        let mut members: Vec<usize> = parts.iter().flat_map(|p| p.inside.iter()).collect();
+        members.sort_unstable();
+        let inside = IndexSet::from_indices(g.len(), members);
+        let kind = parts
+            .iter()
+            .map(|p| p.kind)
+            .max()
+            .unwrap_or(OpPattern::ElemWise);
+        let mut label = String::new();
+        for p in &parts {
+            if !p.label.is_empty() {
+                if !label.is_empty() {
+                    label.push('+');
+                }
+                label.push_str(&p.label);
+            }
+        }
+        let nested = union_all_nested(g, parts.into_iter().flat_map(|p| p.nested));
+        SubGraph::with(g, inside, kind, label, nested)
+    }
+
+    /// The union of `self` and `small` (disjoint) as a plain sub-graph (no nested parts, no
+    /// label), its boundary derived from theirs: only the nodes of `small` and their neighbours
+    /// are looked at, so the work grows with `small` and with the words of the sets, not with
+    /// the nodes of `self`. The depth is not computed: it is set to the number of inside nodes,
+    /// an upper bound, for tests against a depth limit at least that large.
+    pub fn plain_union_shallow(&self, g: &DataflowGraph<'_>, small: &SubGraph) -> SubGraph {
+        let inside = self.inside.union(&small.inside);
+        // Only nodes with an edge between the two parts can stop being entries or exits (a
+        // union moves nodes inside, never outside).
+        let mut changed: Vec<usize> = Vec::new();
+        for y in small.inside.iter() {
+            for x in g.inputs(y).iter().chain(g.outputs(y)) {
+                if self.inside.contains(x.index()) {
+                    changed.push(x.index());
+                    changed.push(y);
+                }
+            }
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        let mut entry = self.entry.union(&small.entry);
+        let mut exit = self.exit.union(&small.exit);
+        for &x in &changed {
+            let outside_input = g.inputs(x).iter().any(|j| {
+                let j = j.index();
+                !inside.contains(j) && !g.inlinable[j]
+            });
+            if !outside_input {
+                entry.remove(x);
+            }
+            let leaves =
+                g.is_external(x) || g.outputs(x).iter().any(|o| !inside.contains(o.index()));
+            if !leaves {
+                exit.remove(x);
+            }
+        }
+        let input = self
+            .input
+            .difference(&small.inside)
+            .union(&small.input.difference(&self.inside));
+        let output = self
+            .output
+            .difference(&small.inside)
+            .union(&small.output.difference(&self.inside));
+        let depth = inside.count() as u32;
+        SubGraph {
+            inside,
+            entry,
+            exit,
+            input,
+            output,
+            depth,
+            kind: self.kind.max(small.kind),
+            label: String::new(),
+            nested: Vec::new(),
+        }
+    }
+
     /// The union of `self` and `other` (disjoint) with the given nested sub-graphs.
     fn union_with_nested(
         &self,
@@ -321,9 +405,14 @@ fn merge_nested(
     other: &SubGraph,
 ) -> Vec<(SubGraph, FnAttrs)> {
     for (sub, attrs) in &other.nested {
-        let pos = nested
-            .iter()
-            .position(|(n, a)| trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside));
+        // A composite never merges: no need to look (the list can be long).
+        let pos = if is_composite(attrs) {
+            None
+        } else {
+            nested.iter().position(|(n, a)| {
+                trivially_unionable(a, attrs) && n.inside.is_disjoint(&sub.inside)
+            })
+        };
         let Some(p) = pos else {
             nested.push((sub.clone(), attrs.clone()));
             continue;
@@ -341,6 +430,48 @@ fn merge_nested(
         }
     }
     nested
+}
+
+/// The nested sub-graphs of disjoint parts put together as [`merge_nested`] would, one after
+/// the other: each wrapper joins the first earlier one it is trivially unionable with (they are
+/// disjoint, the parts being so), recursively; composites stay as they are.
+fn union_all_nested(
+    g: &DataflowGraph<'_>,
+    items: impl Iterator<Item = (SubGraph, FnAttrs)>,
+) -> Vec<(SubGraph, FnAttrs)> {
+    // Composites as they are, wrappers as groups to unite.
+    let mut out: Vec<(Vec<SubGraph>, FnAttrs)> = Vec::new();
+    let mut wrappers: Vec<usize> = Vec::new();
+    for (sub, attrs) in items {
+        if is_composite(&attrs) {
+            out.push((vec![sub], attrs));
+            continue;
+        }
+        match wrappers
+            .iter()
+            .find(|&&k| trivially_unionable(&out[k].1, &attrs))
+        {
+            Some(&k) => out[k].0.push(sub),
+            None => {
+                wrappers.push(out.len());
+                out.push((vec![sub], attrs));
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(mut subs, attrs)| {
+            let sub = if subs.len() == 1 {
+                subs.pop().expect("one part")
+            } else {
+                SubGraph::union_all(g, subs)
+            };
+            (sub, attrs)
+        })
+        .collect()
+}
+
+fn is_composite(attrs: &FnAttrs) -> bool {
+    attrs.iter().any(|(k, _)| k == "Composite")
 }
 
 /// Same attributes, no `Composite` among them: nested `Primitive`/`Compiler` wrappers merge,

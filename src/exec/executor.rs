@@ -80,6 +80,9 @@ pub struct Executable {
     pub warnings: Vec<Diagnostic>,
     /// Threads in the pool.
     pub threads: usize,
+    /// Whether the program's kernels may open OpenMP regions (any backend besides the
+    /// reference interpreter): the thread that runs them then sets the OpenMP thread count.
+    openmp: bool,
 }
 
 /// The result of one run.
@@ -278,6 +281,7 @@ pub fn compile(
         inner: consts,
         seen: Mutex::new(BTreeMap::new()),
     };
+    precompile(m, main, opts, &counting).map_err(|u| one(u.to_diagnostic()))?;
     let mut policy = TopPolicy {
         opts,
         consts: &counting,
@@ -304,7 +308,72 @@ pub fn compile(
         const_bytes,
         warnings,
         threads,
+        openmp: !opts.backends.list.is_empty(),
     })
+}
+
+/// Hands every native unit of `@main` (its groups and its calls of `Primitive=1` functions)
+/// to the native backends at once, so that they can compile them together.
+fn precompile(
+    m: &Module,
+    main: FuncId,
+    opts: &Options,
+    consts: &dyn ConstantSource,
+) -> Result<(), Unsupported> {
+    let natives = opts.backends.for_compiler(None);
+    if natives.is_empty() {
+        return Ok(());
+    }
+    let groups = match &opts.grouping {
+        Some(g) => {
+            crate::exec::program::group_units(m, &Region::function(m, main), g.groups(m, main))?
+        }
+        None => Vec::new(),
+    };
+    let mut funcs = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![m.func(main).body];
+    while let Some(e) = stack.pop() {
+        if !seen.insert(e) {
+            continue;
+        }
+        if let crate::ir::Expr::Call {
+            callee: crate::ir::Callee::Expr(c),
+            ..
+        } = m.expr(e)
+        {
+            let f = match m.expr(*c) {
+                crate::ir::Expr::Global(g) => m.globals[g.index()].def,
+                crate::ir::Expr::Func(f) => Some(*f),
+                _ => None,
+            };
+            if let Some(f) = f {
+                let fun = m.func(f);
+                if fun.attr("Compiler").is_none()
+                    && fun.attr("Primitive").and_then(|v| v.as_int()) == Some(1)
+                {
+                    funcs.insert(f);
+                }
+            }
+        }
+        if matches!(m.expr(e), crate::ir::Expr::Func(_)) {
+            continue;
+        }
+        m.for_each_operand(e, |o| stack.push(o));
+    }
+    let mut units: Vec<Unit<'_>> = groups
+        .iter()
+        .map(|group| Unit::Group { module: m, group })
+        .collect();
+    units.extend(
+        funcs
+            .into_iter()
+            .map(|func| Unit::Function { module: m, func }),
+    );
+    for b in natives {
+        b.precompile(&units, consts);
+    }
+    Ok(())
 }
 
 impl Executable {
@@ -347,7 +416,16 @@ impl Executable {
         let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
         let out = self
             .pool
-            .install(|| self.program.run(values, &RunCx { mem: &mem }))
+            .install(|| {
+                // OpenMP's thread count belongs to the calling thread: set it in the one that
+                // runs the kernels, for every library on the shared pool (docs/backends.md).
+                if self.openmp {
+                    if let Ok(omp) = crate::ffi::omp::Omp::shared() {
+                        omp.set_num_threads(self.threads);
+                    }
+                }
+                self.program.run(values, &RunCx { mem: &mem })
+            })
             .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
         Ok(RunOutput {

@@ -459,6 +459,83 @@ fn step_defs(k: &StepKind) -> Vec<Slot> {
     }
 }
 
+/// The groups of a region as kernel units: members sorted, inputs (values read from outside,
+/// in order of first use) and outputs (members used outside, or results of the region). This
+/// is exactly what lowering compiles, so a backend can compile the units ahead
+/// ([`crate::backend::Backend::precompile`]).
+pub fn group_units(
+    m: &Module,
+    region: &Region,
+    groups: Vec<Vec<ExprId>>,
+) -> Result<Vec<Group>, Unsupported> {
+    let inputs_set: HashSet<ExprId> = region.inputs.iter().copied().collect();
+    // Users of every expression of the region (operands, not entering function bodies).
+    let mut users: HashMap<ExprId, Vec<ExprId>> = HashMap::new();
+    let mut seen: HashSet<ExprId> = HashSet::new();
+    let mut stack: Vec<ExprId> = region.outputs.clone();
+    while let Some(e) = stack.pop() {
+        if !seen.insert(e) || inputs_set.contains(&e) {
+            continue;
+        }
+        if matches!(m.expr(e), Expr::Func(_)) {
+            continue;
+        }
+        m.for_each_operand(e, |o| {
+            users.entry(o).or_default().push(e);
+            stack.push(o);
+        });
+    }
+    let region_outputs: HashSet<ExprId> = region.outputs.iter().copied().collect();
+    let mut out = Vec::new();
+    for mut members in groups {
+        members.sort_unstable();
+        members.dedup();
+        if members.is_empty() {
+            continue;
+        }
+        let set: HashSet<ExprId> = members.iter().copied().collect();
+        let mut inputs = Vec::new();
+        let mut seen_in = HashSet::new();
+        for &e in &members {
+            if !matches!(
+                m.expr(e),
+                Expr::Call {
+                    callee: Callee::Op(_),
+                    ..
+                } | Expr::Tuple(_)
+                    | Expr::Proj { .. }
+            ) {
+                return Err(Unsupported::construct(
+                    "internal error: a group holds something other than operator calls, tuples and projections",
+                    Some(m.span(e)),
+                ));
+            }
+            m.for_each_operand(e, |o| {
+                if !set.contains(&o) && seen_in.insert(o) {
+                    inputs.push(o);
+                }
+            });
+        }
+        let outputs: Vec<ExprId> = members
+            .iter()
+            .copied()
+            .filter(|e| {
+                region_outputs.contains(e)
+                    || users
+                        .get(e)
+                        .is_some_and(|us| us.iter().any(|u| !set.contains(u)))
+            })
+            .collect();
+        out.push(Group {
+            func: region.func,
+            members,
+            inputs,
+            outputs,
+        });
+    }
+    Ok(out)
+}
+
 struct GroupInfo {
     group: Group,
     last: ExprId,
@@ -523,65 +600,10 @@ impl<'a> Lowerer<'a> {
     /// and outputs (members used outside, or results of the region).
     fn set_groups(&mut self, region: &Region, groups: Vec<Vec<ExprId>>) -> Result<(), Unsupported> {
         let m = self.m;
-        // Users of every expression of the region (operands, not entering function bodies).
-        let mut users: HashMap<ExprId, Vec<ExprId>> = HashMap::new();
-        let mut seen: HashSet<ExprId> = HashSet::new();
-        let mut stack: Vec<ExprId> = region.outputs.clone();
-        while let Some(e) = stack.pop() {
-            if !seen.insert(e) || self.inputs.contains(&e) {
-                continue;
-            }
-            if matches!(m.expr(e), Expr::Func(_)) {
-                continue;
-            }
-            m.for_each_operand(e, |o| {
-                users.entry(o).or_default().push(e);
-                stack.push(o);
-            });
-        }
-        let region_outputs: HashSet<ExprId> = region.outputs.iter().copied().collect();
-        for mut members in groups {
-            members.sort_unstable();
-            members.dedup();
-            if members.is_empty() {
-                continue;
-            }
-            let set: HashSet<ExprId> = members.iter().copied().collect();
-            let mut inputs = Vec::new();
-            let mut seen_in = HashSet::new();
-            for &e in &members {
-                if !matches!(
-                    m.expr(e),
-                    Expr::Call {
-                        callee: Callee::Op(_),
-                        ..
-                    } | Expr::Tuple(_)
-                        | Expr::Proj { .. }
-                ) {
-                    return Err(Unsupported::construct(
-                        "internal error: a group holds something other than operator calls, tuples and projections",
-                        Some(m.span(e)),
-                    ));
-                }
-                m.for_each_operand(e, |o| {
-                    if !set.contains(&o) && seen_in.insert(o) {
-                        inputs.push(o);
-                    }
-                });
-            }
-            let outputs: Vec<ExprId> = members
-                .iter()
-                .copied()
-                .filter(|e| {
-                    region_outputs.contains(e)
-                        || users
-                            .get(e)
-                            .is_some_and(|us| us.iter().any(|u| !set.contains(u)))
-                })
-                .collect();
-            let last = *members.last().unwrap_or(&ExprId(0));
+        for group in group_units(m, region, groups)? {
+            let last = *group.members.last().unwrap_or(&ExprId(0));
             let idx = self.groups.len();
-            for &e in &members {
+            for &e in &group.members {
                 if self.group_of.insert(e, idx).is_some() {
                     return Err(Unsupported::construct(
                         "internal error: an expression is in two groups",
@@ -589,15 +611,7 @@ impl<'a> Lowerer<'a> {
                     ));
                 }
             }
-            self.groups.push(GroupInfo {
-                group: Group {
-                    func: region.func,
-                    members,
-                    inputs,
-                    outputs,
-                },
-                last,
-            });
+            self.groups.push(GroupInfo { group, last });
         }
         Ok(())
     }

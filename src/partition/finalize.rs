@@ -1,10 +1,12 @@
 //! Finalize (collage-semantics §15–§16, with BRIEF's corrections): coalesce the chosen
 //! partitions, name them, and rewrite the function in TVM's encoding.
 //!
-//! * Touching partitions of the same BYOC target are coalesced while their union stays convex
-//!   and in one basic block, and the partitions can still run one after the other (a union
-//!   with several exits could otherwise both feed and need another partition with several
-//!   exits). Q8: TVM ignores validity and can produce overlapping partitions.
+//! * Touching partitions of the same BYOC target are coalesced while their union stays within
+//!   the target's limits (convex, in one basic block, within its depth limit and the exits and
+//!   taps of its `only_valid`: [`crate::enumerate::target_limits`]), so no partition is one its
+//!   target's rules could not produce, and the partitions can still run one after the other (a
+//!   union with several exits could otherwise both feed and need another partition with
+//!   several exits). Q8: TVM ignores validity and can produce overlapping partitions.
 //!   Native partitions stay separate: each is one fused kernel. Host nodes form one report
 //!   partition named `host`.
 //! * A BYOC partition becomes a global function with `Primitive=1`, `Compiler="<compiler>"`
@@ -16,12 +18,17 @@
 
 use super::{PartitionError, Plan};
 use crate::cost::key::Signatures;
-use crate::enumerate::{extract, Candidate, DataflowGraph, SubGraph};
+use crate::enumerate::{extract, Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{AttrValue, Callee, Expr, Global, GlobalId, Module};
 use crate::ruletree::Program;
 
 /// Coalesces the plan's chosen candidates into partitions, named, in node order.
-pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<super::Partition> {
+pub fn coalesce(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    plan: &Plan,
+    limits: &Limits,
+) -> Vec<super::Partition> {
     // Host nodes form one partition, built once from all of them.
     let mut host_inside = g.empty_set();
     let mut host_cost = 0.0;
@@ -50,8 +57,13 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
         parts: host_parts,
         name: "host".into(),
     });
-    // Coalesce touching BYOC partitions of one target.
+    // Coalesce touching BYOC partitions of one target, within its limits.
     let byoc = |t: usize| program.targets[t].compiler.is_some();
+    let configs: Vec<crate::ruletree::SubGraphConfig> = program
+        .targets
+        .iter()
+        .map(|t| crate::enumerate::target_limits(t, limits))
+        .collect();
     let merged = super::greedy::merge_touching_by(
         g,
         parts,
@@ -61,6 +73,7 @@ pub fn coalesce(g: &DataflowGraph<'_>, program: &Program, plan: &Plan) -> Vec<su
             a.2.extend(b.2);
             a
         },
+        |a| configs[a.0],
     );
     // In node order, as merging leaves them.
     let mut parts: Vec<super::Partition> = merged

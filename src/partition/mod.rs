@@ -1,12 +1,12 @@
 //! `collage partition`: enumerate candidates, price them, search for the cheapest cover,
 //! coalesce and rewrite (collage-semantics §10–§16, with BRIEF's corrections).
 //!
-//! * Every BYOC target's greedy `partition_for_X`-style placement ([`greedy`]: its regions,
-//!   which may exceed the depth limits, and the cheapest native cover of the rest) is a
-//!   solution too: the result is the search's cover unless a greedy placement is strictly
-//!   cheaper, so it is never worse than any of them (the RFC's success metric 3). Greedy
-//!   regions are not mixed into the search itself: they span far, and covered sets differing
-//!   far beyond the lowest uncovered node make the number of states grow exponentially.
+//! * Every BYOC target's greedy `partition_for_X`-style regions ([`greedy`]) are grown within
+//!   the target's limits (depth, exits, taps: [`crate::enumerate::target_limits`]), so its
+//!   rules could produce them; they join the search as candidates. The search's cover is then
+//!   never worse than any target's greedy placement (its regions and the cheapest native cover
+//!   of the rest, the `greedy:<target>` baseline; the RFC's success metric 3), nor than any
+//!   restricted baseline, which are searches over subsets of the same candidates.
 //! * Candidates are priced once per structure and target ([`crate::cost::cache`]); each
 //!   candidate of a target with a `transition` block also pays that target's transition
 //!   penalty ([`transition_penalty`]): its dispatch always, the crossing of devices only where
@@ -102,12 +102,11 @@ pub struct Plan {
     pub partitions: Vec<Partition>,
     /// Total cost.
     pub total: f64,
-    /// The BYOC target whose greedy placement was chosen because it is cheaper than every
-    /// cover by enumerated candidates (`None`: the search's cover).
-    pub greedy_source: Option<usize>,
-    /// Each BYOC target's greedy placement: (target, its region candidates, its total cost).
+    /// Each BYOC target's greedy placement: (target, its region candidates, its total cost;
+    /// `None` without baselines or when it cannot cover the function).
     pub greedy: Vec<(usize, Vec<usize>, Option<f64>)>,
-    /// Candidates before this index were enumerated; the rest are greedy regions.
+    /// Candidates before this index were enumerated; the rest are greedy regions that are not
+    /// also enumerated candidates.
     pub enumerated: usize,
     /// Baselines.
     pub baselines: Vec<Baseline>,
@@ -169,6 +168,8 @@ pub enum PartitionError {
     },
     /// Rewriting failed (a bug).
     Rewrite(String),
+    /// Enumeration reached one of its limits.
+    Limit(crate::enumerate::LimitError),
 }
 
 /// Phases reported to a progress display.
@@ -227,7 +228,9 @@ pub fn partition_on_devices(
     devices: Option<&[VirtualDevice]>,
 ) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
-    let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits).candidates;
+    let mut candidates = crate::enumerate::enumerate(g, program, &opts.limits)
+        .map_err(PartitionError::Limit)?
+        .candidates;
     // BYOC partitions become functions called from the function body: their nodes must be in
     // the body's own block, not inside a branch or a nested function literal.
     candidates.retain(|c| {
@@ -242,12 +245,15 @@ pub fn partition_on_devices(
     }
     let enumerated = candidates.len();
     progress.phase("greedy regions", 0);
+    // Each BYOC target's greedy regions, grown within its limits; a region that is not already
+    // one of its target's candidates joins the candidates.
     let mut greedy_regions: Vec<(usize, Vec<usize>)> = Vec::new();
     for t in 0..program.targets.len() {
         if program.targets[t].compiler.is_none() {
             continue;
         }
-        let regions = greedy::regions(g, &candidates, t);
+        let config = crate::enumerate::target_limits(&program.targets[t], &opts.limits);
+        let regions = greedy::regions(g, &candidates, t, &config);
         // The candidate equal to each region, if any (a target's candidates are distinct).
         let by_inside: rustc_hash::FxHashMap<&IndexSet, usize> = regions
             .iter()
@@ -286,16 +292,13 @@ pub fn partition_on_devices(
         .map(|c| transition_penalty(g, program, &crossings, c))
         .collect();
     let items = search_items(&candidates, &est.costs, &penalties);
-    // Greedy regions that are not also enumerated candidates take part only as whole greedy
-    // placements: mixed into the search they would let covered sets differ far beyond the
-    // lowest uncovered node, and the number of states would grow exponentially with the model.
     let pruned = opts
         .prune
-        .then(|| prune::prune(g.len(), &candidates, &|k| k < enumerated));
-    let searchable = |k: usize| k < enumerated && pruned.as_ref().is_none_or(|p| p[k]);
+        .then(|| prune::prune(g.len(), &candidates, &|_| true));
+    let searchable = |k: usize| pruned.as_ref().is_none_or(|p| p[k]);
     progress.phase("searching", 0);
     let acyclic = Acyclic::new(g, &candidates);
-    let sol = match search::search_among(g.len(), &items, &searchable, &acyclic, opts.search) {
+    let best = match search::search_among(g.len(), &items, &searchable, &acyclic, opts.search) {
         Ok(s) => s,
         Err(SearchError::Uncovered { node }) => {
             let unusable = candidates
@@ -313,35 +316,22 @@ pub fn partition_on_devices(
             })
         }
     };
-    let mut states_expanded = sol.states_expanded;
-    // Each BYOC target's greedy placement: its greedy regions, fixed, and the cheapest cover of
-    // the rest by the native targets and the host.
-    let mut greedy_placements: Vec<(usize, Option<search::Solution>)> = Vec::new();
-    for (t, regions) in &greedy_regions {
-        let placement = greedy_placement(g, program, &candidates, regions, &items, &acyclic, opts);
-        if let Some(p) = &placement {
-            states_expanded += p.states_expanded;
-        }
-        greedy_placements.push((*t, placement));
-    }
-    // The result: the search's cover, or a greedy placement where one is strictly cheaper.
-    let mut best = sol;
-    let mut source = None;
-    for (t, p) in &greedy_placements {
-        if let Some(p) = p {
-            if p.total < best.total {
-                best = p.clone();
-                source = Some(*t);
-            }
-        }
-    }
+    // The baselines, each BYOC target's greedy placement among them: its greedy regions, fixed,
+    // and the cheapest cover of the rest by the native targets and the host. The search's cover
+    // is never worse than any of them, since every candidate they use is a candidate of the
+    // search too.
+    let mut greedy_totals: Vec<Option<f64>> = vec![None; greedy_regions.len()];
     let mut baselines = Vec::new();
     if opts.baselines {
         progress.phase("baselines", 0);
+        for ((_, regions), total) in greedy_regions.iter().zip(&mut greedy_totals) {
+            *total = greedy_placement(g, program, &candidates, regions, &items, &acyclic, opts)
+                .map(|p| p.total);
+        }
         baselines = compute_baselines(
             program,
-            enumerated,
-            &greedy_placements,
+            &greedy_regions,
+            &greedy_totals,
             &items,
             &acyclic,
             opts,
@@ -350,7 +340,7 @@ pub fn partition_on_devices(
     let stats = Stats {
         candidates: candidates.len(),
         estimates: est.calls,
-        states_expanded,
+        states_expanded: best.states_expanded,
     };
     let mut plan = Plan {
         candidates,
@@ -359,18 +349,17 @@ pub fn partition_on_devices(
         chosen: best.chosen,
         partitions: Vec::new(),
         total: best.total,
-        greedy_source: source,
         greedy: greedy_regions
-            .iter()
-            .zip(&greedy_placements)
-            .map(|((t, regions), (_, p))| (*t, regions.clone(), p.as_ref().map(|p| p.total)))
+            .into_iter()
+            .zip(greedy_totals)
+            .map(|((t, regions), total)| (t, regions, total))
             .collect(),
         enumerated,
         baselines,
         stats,
     };
     progress.phase("coalescing", 0);
-    plan.partitions = finalize::coalesce(g, program, &plan);
+    plan.partitions = finalize::coalesce(g, program, &plan, &opts.limits);
     Ok(plan)
 }
 
@@ -836,11 +825,12 @@ fn is_base(program: &Program, t: usize) -> bool {
     t.compiler.is_none() || t.is_host
 }
 
-/// The baselines; `acyclic` carries the graph and the candidates.
+/// The baselines; `acyclic` carries the graph and the candidates. `greedy_totals` are the
+/// costs of the greedy placements of the targets of `greedy_regions`, in order.
 fn compute_baselines(
     program: &Program,
-    enumerated: usize,
-    greedy_placements: &[(usize, Option<search::Solution>)],
+    greedy_regions: &[(usize, Vec<usize>)],
+    greedy_totals: &[Option<f64>],
     items: &[Item],
     acyclic: &Acyclic<'_, '_>,
     opts: &Options,
@@ -851,7 +841,7 @@ fn compute_baselines(
         cost: restricted(
             n,
             items,
-            &|k| k < enumerated && is_base(program, candidates[k].target),
+            &|k| is_base(program, candidates[k].target),
             acyclic,
             opts,
         ),
@@ -860,23 +850,23 @@ fn compute_baselines(
         if t.compiler.is_none() {
             continue;
         }
+        // The target with the native targets and the host: its greedy regions included, so
+        // this is never worse than its greedy placement.
         out.push(Baseline {
             name: t.name.clone(),
             cost: restricted(
                 n,
                 items,
-                &|k| {
-                    k < enumerated
-                        && (is_base(program, candidates[k].target) || candidates[k].target == ti)
-                },
+                &|k| is_base(program, candidates[k].target) || candidates[k].target == ti,
                 acyclic,
                 opts,
             ),
         });
-        let greedy = greedy_placements
+        let greedy = greedy_regions
             .iter()
-            .find(|(t, _)| *t == ti)
-            .and_then(|(_, p)| p.as_ref().map(|p| p.total));
+            .zip(greedy_totals)
+            .find(|((t, _), _)| *t == ti)
+            .and_then(|(_, total)| *total);
         out.push(Baseline {
             name: format!("greedy:{}", t.name),
             cost: greedy,
@@ -886,8 +876,7 @@ fn compute_baselines(
 }
 
 /// For each candidate of `ks`, in order, the best total cost within the search space of a cover
-/// that uses it (for `--explain`); the search items are built once for all of them. A greedy
-/// region is used only by its target's greedy placement.
+/// that uses it (for `--explain`); the search items are built once for all of them.
 pub fn best_with(
     g: &DataflowGraph<'_>,
     plan: &Plan,
@@ -898,19 +887,8 @@ pub fn best_with(
     let acyclic = Acyclic::new(g, &plan.candidates);
     ks.iter()
         .map(|&k| {
-            if k >= plan.enumerated {
-                return plan
-                    .greedy
-                    .iter()
-                    .find(|(_, regions, _)| regions.contains(&k))
-                    .and_then(|(_, _, total)| *total);
-            }
             let forced = &plan.candidates[k].sub_graph.inside;
-            let keep = |j: usize| {
-                j == k
-                    || (j < plan.enumerated
-                        && !plan.candidates[j].sub_graph.inside.intersects(forced))
-            };
+            let keep = |j: usize| j == k || !plan.candidates[j].sub_graph.inside.intersects(forced);
             restricted(g.len(), &items, &keep, &acyclic, opts)
         })
         .collect()

@@ -9,6 +9,7 @@ pub mod print;
 
 use crate::ir::{AttrValue, DType, OpId, VirtualDevice};
 use crate::ops::OpPattern;
+use crate::source::Span;
 
 /// A compiled pattern.
 #[derive(Clone, Debug, PartialEq)]
@@ -358,6 +359,10 @@ pub struct Program {
     pub equivalences: Vec<(Pattern, Pattern)>,
     /// Declared rewrites.
     pub rewrites: Vec<(Pattern, Pattern)>,
+    /// Where each equivalence is declared (for diagnostics).
+    pub equivalence_spans: Vec<Span>,
+    /// Where each rewrite is declared.
+    pub rewrite_spans: Vec<Span>,
     /// Declared custom operators.
     pub custom_ops: Vec<CustomOp>,
 }

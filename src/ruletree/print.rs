@@ -100,6 +100,32 @@ fn target(out: &mut String, p: &Program, t: &Target) {
     let _ = writeln!(out, "}}");
 }
 
+/// One line naming a rule of a tree, as [`print_program`] writes its head (`combine
+/// [by_kind(A->A)] max_depth=8`), with `default_depth` for a depth limit the rule leaves to the
+/// target or the command line.
+pub fn rule_head(r: &Rule, default_depth: u32) -> String {
+    match r {
+        Rule::Combine {
+            combiners,
+            max_depth,
+            ..
+        } => {
+            let cs: Vec<String> = combiners.iter().map(combiner).collect();
+            format!(
+                "combine [{}] max_depth={}",
+                cs.join(", "),
+                max_depth.unwrap_or(default_depth)
+            )
+        }
+        Rule::Union(subs) => format!("union of {} rules", subs.len()),
+        _ => {
+            let mut out = String::new();
+            rule(&mut out, r, 0);
+            out.lines().next().unwrap_or("").trim().to_string()
+        }
+    }
+}
+
 fn rule(out: &mut String, r: &Rule, depth: usize) {
     let pad = "  ".repeat(depth);
     match r {

@@ -414,8 +414,8 @@ impl<'f> Checker<'f> {
                     let _ = self.rule_def(d);
                 }
             }
-            ItemKind::Equiv { lhs, rhs } => self.equivalence(lhs, rhs, true),
-            ItemKind::Rewrite { lhs, rhs } => self.equivalence(lhs, rhs, false),
+            ItemKind::Equiv { lhs, rhs } => self.equivalence(lhs, rhs, true, item.span),
+            ItemKind::Rewrite { lhs, rhs } => self.equivalence(lhs, rhs, false, item.span),
             ItemKind::Target { name, entries } => self.target(name, entries, item.span),
         }
     }

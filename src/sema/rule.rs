@@ -6,6 +6,7 @@ use crate::diag::*;
 use crate::dsl::ast::{self, CombTerm, RuleKind};
 use crate::ops::{registry, OpPattern};
 use crate::ruletree::{Combiner, Rule, SubGraphConfig};
+use crate::source::Span;
 
 /// Parses a kind name: a letter (`E B I R A T O`) or a long name (`elemwise`, ...).
 pub(crate) fn kind_of(name: &str) -> Option<OpPattern> {
@@ -351,7 +352,7 @@ impl Checker<'_> {
 
     /// `equiv L == R;` and `rewrite L => R;`: both sides share captures; every capture on the
     /// right must be bound on the left (and, for equivalences, the other way round).
-    pub fn equivalence(&mut self, lhs: &ast::Pat, rhs: &ast::Pat, symmetric: bool) {
+    pub fn equivalence(&mut self, lhs: &ast::Pat, rhs: &ast::Pat, symmetric: bool, span: Span) {
         let mut caps = Captures::default();
         let params = super::pattern::Params::new();
         let Some(l) = self.pattern(lhs, &mut caps, &params) else {
@@ -402,8 +403,10 @@ impl Checker<'_> {
         let pair = (l, r);
         if symmetric {
             self.program.equivalences.push(pair);
+            self.program.equivalence_spans.push(span);
         } else {
             self.program.rewrites.push(pair);
+            self.program.rewrite_spans.push(span);
         }
     }
 }

@@ -27,9 +27,8 @@ fn parse_json_lists_nodes() {
 
 #[test]
 fn parse_errors_exit_one_with_spanned_diagnostic() {
-    let dir = std::env::temp_dir().join(format!("collage-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("bad.relay");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("bad.relay");
     std::fs::write(
         &file,
         "#[version = \"0.0.5\"]\ndef @main(%x: float32) { nn.relu(%y) }\n",
@@ -60,17 +59,17 @@ fn usage_error_exits_two() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-fn temp_model(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("collage-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(name);
+/// Writes `text` to `name` in a new temporary directory, removed when the guard is dropped.
+fn temp_model(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(name);
     std::fs::write(&file, text).unwrap();
-    file
+    (dir, file)
 }
 
 #[test]
 fn plan_devices_conflict_exits_one_with_both_spans() {
-    let file = temp_model(
+    let (_dir, file) = temp_model(
         "conflict.relay",
         "#[version = \"0.0.5\"]\n\
          def @main(%a {virtual_device=VirtualDevice(device=\"cpu\", id=0)}: Tensor[(4), float32]) {\n  \
@@ -93,7 +92,7 @@ fn plan_devices_conflict_exits_one_with_both_spans() {
 
 #[test]
 fn plan_devices_prints_minimal_and_complete_forms() {
-    let file = temp_model(
+    let (_dir, file) = temp_model(
         "plan.relay",
         "#[version = \"0.0.5\"]\n\
          def @main(%a: Tensor[(4), float32]) {\n  \

@@ -22,7 +22,8 @@ fn covering<'m>(m: &'m Module, target: &str) -> (DataflowGraph<'m>, Vec<BTreeSet
         .iter()
         .position(|t| t.name == target)
         .unwrap_or_else(|| panic!("no target {target}"));
-    let cands: Vec<Candidate> = target_candidates(&g, &program, t, &Limits::default());
+    let cands: Vec<Candidate> =
+        target_candidates(&g, &program, t, &Limits::default()).expect("within the default bounds");
     let mut cover = vec![BTreeSet::new(); g.len()];
     for c in &cands {
         for (name, sub) in c.sub_graph.composites() {

@@ -117,7 +117,8 @@ fn estimate(file: &str, target: &str) -> Option<f64> {
     let g = DataflowGraph::new(&m, m.main().unwrap());
     let t = program.targets.iter().position(|t| t.name == target)?;
     let calls: Vec<usize> = (0..g.len()).filter(|&i| g.is_op_call(i)).collect();
-    let e = collage::enumerate::enumerate(&g, &program, &Limits::default());
+    let e = collage::enumerate::enumerate(&g, &program, &Limits::default())
+        .expect("within the default bounds");
     let c = e.candidates.iter().find(|c| {
         c.target == t
             && calls.iter().all(|&i| c.sub_graph.inside.contains(i))

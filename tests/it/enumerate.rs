@@ -79,7 +79,7 @@ fn assert_labels(g: &DataflowGraph<'_>, expected: &[(usize, &str)]) {
 /// The candidates of the only target of `rules` on `model`.
 fn candidates(g: &DataflowGraph<'_>, program: &Program) -> Vec<Candidate> {
     assert_eq!(program.targets.len(), 1, "one target per scenario");
-    target_candidates(g, program, 0, &Limits::default())
+    target_candidates(g, program, 0, &Limits::default()).expect("within the limits")
 }
 
 pub(crate) fn set(g: &DataflowGraph<'_>, indices: &[usize]) -> IndexSet {
@@ -537,7 +537,8 @@ fn q6_equal_sub_graphs_of_different_targets_stay_distinct() {
     let program = library();
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let g = graph(&m);
-    let e = collage::enumerate::enumerate(&g, &program, &Limits::default());
+    let e =
+        collage::enumerate::enumerate(&g, &program, &Limits::default()).expect("within the limits");
     let of = |name: &str| {
         let t = program.targets.iter().position(|t| t.name == name).unwrap();
         e.candidates
@@ -989,6 +990,7 @@ fn fuse_containment(name: &str, program: &Program) -> Containment {
         allow_taps: false,
     };
     let cands: HashSet<IndexSet> = target_candidates(&g, program, tvm, &limits)
+        .expect("within the limits")
         .into_iter()
         .map(|c| c.sub_graph.inside)
         .collect();
@@ -1216,7 +1218,8 @@ fn mnist_candidates_per_target() {
     // `only_valid(..., max_exits = 1, taps = false)`; host candidates are singletons).
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let g = graph(&m);
-    let e = collage::enumerate::enumerate(&g, &program, &Limits::default());
+    let e =
+        collage::enumerate::enumerate(&g, &program, &Limits::default()).expect("within the limits");
     let cfg = SubGraphConfig {
         max_depth: Some(8),
         max_exits: 1,

@@ -568,6 +568,18 @@ proptest! {
                 let u = u.expect("a disjoint union");
                 let union: BTreeSet<usize> = up.union(down).copied().collect();
                 prop_assert_eq!(to_set(&u.inside), union.clone());
+                // The shallow union (greedy merging of large regions) derives the same boundary
+                // from the parts', from either side; its depth is the size, an upper bound.
+                for shallow in [su.plain_union_shallow(&g, &sd), sd.plain_union_shallow(&g, &su)] {
+                    prop_assert_eq!(
+                        (&shallow.inside, &shallow.entry, &shallow.exit, &shallow.input),
+                        (&u.inside, &u.entry, &u.exit, &u.input),
+                        "shallow union of {:?} and {:?} in\n{}", up, down, text
+                    );
+                    prop_assert_eq!((&shallow.output, shallow.kind), (&u.output, u.kind));
+                    prop_assert_eq!(shallow.depth as usize, union.len());
+                    prop_assert!(u.depth <= shallow.depth);
+                }
                 assert_matches(&g, &f, &u, &text);
                 prop_assert_eq!(u.kind, su.kind.max(sd.kind));
                 let label = match (su.label.is_empty(), sd.label.is_empty()) {
@@ -627,6 +639,53 @@ proptest! {
                 prop_assert!(cu.nested[0].0.order(&cu.nested[1].0).is_lt());
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `SubGraph::union_all` builds what absorbing the parts one after the other builds: the
+    /// same nodes, boundary, depth, kind and label, and the same nested structure (`Primitive`
+    /// wrappers merged level by level, composites side by side), for disjoint parts wrapped at
+    /// random as BYOC candidates are.
+    #[test]
+    fn union_all_is_absorbing_in_order(
+        params in 1u8..=3,
+        steps in steps(),
+        tuple_result in any::<bool>(),
+        bytes in prop::collection::vec(any::<u8>(), 5 * 24),
+        wraps in prop::collection::vec(0u8..4, 5),
+    ) {
+        let text = model_text(params, &steps, tuple_result);
+        let m = load(&text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let f = Facts::new(&m, &g);
+        let prim = vec![("Primitive".to_string(), AttrValue::int(1))];
+        let comp = |name: &str| vec![("Composite".to_string(), AttrValue::Str(name.into()))];
+        let mut taken = BTreeSet::new();
+        let mut parts = Vec::new();
+        for (c, &w) in bytes.chunks(24).zip(&wraps) {
+            let set: BTreeSet<usize> = subset(&g, &m, &f, c).difference(&taken).copied().collect();
+            if set.is_empty() {
+                continue;
+            }
+            taken.extend(set.iter().copied());
+            let s = SubGraph::new(&g, index_set(&g, &set));
+            parts.push(match w {
+                0 => s,
+                1 => s.with_attrs(&g, prim.clone()),
+                2 => s.with_attrs(&g, comp("x")).with_attrs(&g, prim.clone()),
+                _ => s.with_attrs(&g, comp("y")),
+            });
+        }
+        prop_assume!(!parts.is_empty());
+        let mut absorbed = parts[0].clone();
+        for p in &parts[1..] {
+            absorbed = absorbed.absorb(&g, p).expect("disjoint parts");
+        }
+        let all = SubGraph::union_all(&g, parts);
+        prop_assert_eq!(format!("{all:?}"), format!("{absorbed:?}"), "in\n{}", text);
     }
 }
 

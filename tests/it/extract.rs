@@ -322,7 +322,8 @@ fn mnist_candidates_rewrite() {
     let program = library();
     let mut rewritten = 0;
     for t in 0..program.targets.len() {
-        for c in target_candidates(&g, &program, t, &Limits::default()) {
+        for c in target_candidates(&g, &program, t, &Limits::default()).expect("within the limits")
+        {
             let sg = &c.sub_graph;
             let ok = movable(&g, &m, &sg.inside);
             let extracted = extract(&g, sg, Vec::new());
@@ -364,6 +365,7 @@ fn corpus_parallel_rewrite() {
         let g = graph(&m);
         for t in 0..program.targets.len() {
             let mut cands: Vec<SubGraph> = target_candidates(&g, &program, t, &Limits::default())
+                .expect("within the limits")
                 .into_iter()
                 .map(|c| c.sub_graph)
                 .filter(|s| movable(&g, &m, &s.inside))

@@ -868,8 +868,8 @@ fn cli_fuse_exit_codes() {
         .all(|g| g["nodes"].as_array().unwrap().len() <= 2));
 
     // Errors in the model: 1, with the diagnostic on stderr and nothing on stdout.
-    let dir = std::env::temp_dir().join(format!("collage-fuse-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let bad = dir.join("bad.relay");
     std::fs::write(
         &bad,
@@ -896,5 +896,4 @@ fn cli_fuse_exit_codes() {
     assert_eq!(collage(["fuse"]).status.code(), Some(2));
     let out = collage(["fuse", "--max-depth", "many", "tests/models/mnist.relay"]);
     assert_eq!(out.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -86,8 +86,8 @@ fn generate_command_prints_or_writes_the_model() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text, collage::gen::gpt2(2));
 
-    let dir = std::env::temp_dir().join(format!("collage-generate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let file = dir.join("bert.relay");
     let out = collage([
         "generate",
@@ -106,12 +106,11 @@ fn generate_command_prints_or_writes_the_model() {
         collage::gen::bert_large(3, 16)
     );
     // Only the output file is left behind.
-    let names: Vec<_> = std::fs::read_dir(&dir)
+    let names: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["bert.relay"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -273,7 +273,7 @@ fn every_library_candidate_matches_the_reference() {
                 .iter()
                 .position(|x| x.name == *target)
                 .unwrap();
-            for c in target_candidates(&g, &program, t, &Limits::default()) {
+            for c in target_candidates(&g, &program, t, &Limits::default()).unwrap() {
                 let comps = c.sub_graph.composites();
                 if comps.is_empty() || comps.len() > 3 {
                     continue;
@@ -1428,7 +1428,9 @@ fn corpus_models_partitioned_for_each_library_run_end_to_end() {
 
 fn collage_env(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_collage"));
-    cmd.args(args).current_dir(dir);
+    cmd.args(args)
+        .current_dir(dir)
+        .env("COLLAGE_CACHE_DIR", crate::support::cache_dir());
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -16,6 +16,7 @@ mod fuse;
 mod generate;
 mod hardening;
 mod lib_backends;
+mod limits;
 mod models;
 mod mutate;
 mod output;

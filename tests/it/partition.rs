@@ -8,7 +8,9 @@
 //! * The corpus: every model partitions with the shipped rules and analytic costs, the output
 //!   round-trips and equals the input once the partition functions are inlined, and for every
 //!   BYOC target T used alone the cost is at most T's greedy placement (the RFC's success
-//!   metric 3) and at most native TVM alone.
+//!   metric 3) and at most native TVM alone; T with the native targets is never worse than its
+//!   greedy placement, and no partition exceeds its target's limits (also a property over
+//!   random models and random depth limits).
 
 use crate::support::{collage, collage_in, corpus, load_ok, root, round_trip};
 use collage::cost::cache::estimate_all;
@@ -393,7 +395,15 @@ fn never_worse_than_greedy_for_each_byoc_target() {
             let greedy =
                 baseline(&format!("greedy:{t}")).unwrap_or_else(|| panic!("{name}: no greedy:{t}"));
             let native = baseline("tvm").unwrap_or_else(|| panic!("{name}: no native baseline"));
+            let restricted = baseline(t).unwrap_or_else(|| panic!("{name}: no {t} baseline"));
             let slack = 1e-9 * greedy.max(native);
+            // The restricted baseline searches the target's candidates, its greedy regions
+            // included, exactly (without slack: the same sums).
+            assert!(
+                restricted <= greedy,
+                "{name}: {t} {restricted} > greedy:{t} {greedy}"
+            );
+            assert_within_limits(&g, &program, &plan, &partition::Options::default().limits);
             assert!(
                 plan.total <= greedy + slack,
                 "{name} with {t}: {} > greedy {greedy}",
@@ -546,6 +556,7 @@ fn transitions_are_charged_only_across_planned_devices() {
     let program = crate::enumerate::library();
     let candidates: Vec<Candidate> =
         collage::enumerate::enumerate(&g, &program, &collage::enumerate::Limits::default())
+            .expect("within the default bounds")
             .candidates
             .into_iter()
             .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
@@ -724,7 +735,9 @@ fn table_costs_by_fingerprint_with_fallback() {
     ]);
     let program = crate::enumerate::library();
     let g = DataflowGraph::new(&m, m.main().unwrap());
-    let cands = collage::enumerate::enumerate(&g, &program, &Default::default()).candidates;
+    let cands = collage::enumerate::enumerate(&g, &program, &Default::default())
+        .expect("within the limits")
+        .candidates;
     let e = estimate_all(&g, &program, &cands, &chain, &|_, _| {});
     let tvm = program
         .targets
@@ -745,8 +758,8 @@ fn table_costs_by_fingerprint_with_fallback() {
 /// progress bar). Colours and the cost in each label are not checked.
 #[test]
 fn dot_picture_has_a_cluster_per_partition() {
-    let dir = std::env::temp_dir().join(format!("collage-dot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let dot = dir.join("mnist.dot");
     let json = collage([
         "partition".as_ref(),
@@ -765,7 +778,6 @@ fn dot_picture_has_a_cluster_per_partition() {
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let parts = report["functions"][0]["partitions"].as_array().unwrap();
     let text = std::fs::read_to_string(&dot).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(text.starts_with("digraph partitioning {"), "{text}");
     assert_eq!(
         text.matches("subgraph cluster_").count(),
@@ -1005,4 +1017,149 @@ fn the_command_reports_planned_devices_and_explains_device_conflicts() {
         err.contains(r#"its planned device is VirtualDevice(device="cpu", id=0)"#),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plans keep their targets' limits; restricted baselines are never worse than greedy ones
+
+/// Every partition of the plan that is not the host's is within its target's limits (depth,
+/// exits, taps, convexity), as its rules could have produced it.
+fn assert_within_limits(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    plan: &partition::Plan,
+    limits: &collage::enumerate::Limits,
+) {
+    for p in &plan.partitions {
+        let t = &program.targets[p.target];
+        if t.is_host {
+            continue;
+        }
+        let config = collage::enumerate::target_limits(t, limits);
+        assert!(
+            p.sub_graph.is_valid(g, &config),
+            "{} ({}): depth {}, {} exits: outside {config:?}",
+            p.name,
+            t.name,
+            p.sub_graph.depth,
+            p.sub_graph.exit.count()
+        );
+    }
+}
+
+/// The rules of the property below: the scenarios' native target and host, and a BYOC target
+/// for the unary and binary elementwise operators the random models use.
+fn limits_rules(fusion: &str) -> String {
+    format!(
+        r#"
+target tvm {{
+    device = cuda(0);
+    rule = only_valid(combine(op_call_by_kind, by_kind(A -> B, B -> R, I -> I) + tuple_arg
+        + tuple_proj), max_exits = 1, taps = false);
+}}
+target host {{
+    host = true;
+    device = cpu;
+}}
+target byoc {{
+    compiler = "byoc";
+    device = cuda(0);
+    fusion = {fusion};
+    patterns = [
+        "byoc.relu" = nn.relu(_),
+        "byoc.abs" = abs(_),
+        "byoc.tanh" = tanh(_),
+        "byoc.add" = add(_, _),
+        "byoc.multiply" = multiply(_, _),
+        "byoc.transpose" = transpose(_),
+    ];
+}}
+"#
+    )
+}
+
+proptest! {
+    #![proptest_config(crate::enumerate_props::config())]
+
+    /// On random models with a native and a BYOC target, random depth limits (1 to 3) and
+    /// random mock costs: no partition of the plan exceeds its target's limits, the BYOC
+    /// target with the native ones is never worse than its greedy placement, and the plan is
+    /// never worse than any baseline.
+    #[test]
+    fn plans_keep_limits_and_restricted_baselines_beat_greedy(
+        params in 1u8..=3,
+        steps in crate::enumerate_props::steps(),
+        tuple_result in any::<bool>(),
+        byoc_depth in 1u32..=3,
+        tvm_depth in 1u32..=3,
+        fusion in 0usize..3,
+        byoc_cost in 0usize..4,
+    ) {
+        let text = crate::enumerate_props::model_text(params, &steps, tuple_result);
+        let m = crate::enumerate_props::load(&text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let program = program(&limits_rules(["none", "tvm", "arbitrary"][fusion]));
+        let est = Mock {
+            costs: vec![
+                ("tvm".into(), 1.0),
+                ("byoc".into(), [0.3, 0.6, 0.95, 1.5][byoc_cost]),
+            ],
+        };
+        let opts = partition::Options {
+            limits: collage::enumerate::Limits {
+                tvm_max_depth: tvm_depth,
+                byoc_max_depth: byoc_depth,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let plan = match partition::partition(&g, &program, &est, &opts, &partition::Silent) {
+            Ok(p) => p,
+            // Operators neither target runs (`nn.dense` is native, but the others are not all).
+            Err(PartitionError::Uncovered { .. }) => return Ok(()),
+            Err(e) => panic!("{e:?}\n{text}"),
+        };
+        assert_within_limits(&g, &program, &plan, &opts.limits);
+        let baseline = |n: &str| plan.baselines.iter().find(|b| b.name == n).and_then(|b| b.cost);
+        for b in &plan.baselines {
+            if let Some(c) = b.cost {
+                prop_assert!(plan.total <= c, "total {} above {} {c}\n{text}", plan.total, b.name);
+            }
+        }
+        if let Some(greedy) = baseline("greedy:byoc") {
+            let restricted = baseline("byoc");
+            prop_assert!(
+                restricted.is_some_and(|r| r <= greedy),
+                "byoc {restricted:?} above greedy:byoc {greedy}\n{text}"
+            );
+        }
+    }
+}
+
+/// `benches/reference.rules`, the reference configuration, models TVM's test hook target
+/// (`example_target_hook`) with the fusion style TVM's Collage gives it: arbitrary fusion, as
+/// for every compiler other than cutlass, cublas, cudnn and tensorrt (byoc-tables §0.2).
+#[test]
+fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
+    let prelude = collage::library::LIBRARY
+        .iter()
+        .find(|(n, _)| *n == "rules/prelude.rules")
+        .map(|(_, t)| *t)
+        .expect("the prelude");
+    let text = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
+    let table = [
+        ("rules/prelude.rules", prelude),
+        ("rules/reference.rules", text.as_str()),
+    ];
+    let mut sources = collage::source::SourceMap::new();
+    let checked = sema::check(
+        &mut sources,
+        &sema::Provider::Embedded(&table),
+        &[std::path::PathBuf::from("rules/reference.rules")],
+    );
+    assert!(!checked.diags.has_errors());
+    let program = checked.program.expect("the reference rules check");
+    let hook = program.target("example").expect("the hook target");
+    assert_eq!(hook.compiler.as_deref(), Some("example_target_hook"));
+    assert_eq!(hook.fusion, Some(collage::ruletree::FusionStyle::Arbitrary));
 }

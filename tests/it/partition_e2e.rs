@@ -27,7 +27,10 @@
 //!
 //! Every successful run is also checked for:
 //! * every node of `@main` in exactly one partition (operator calls included);
-//! * the total no larger than any baseline;
+//! * no partition deeper than its target's depth limit (`--byoc-max-depth` for BYOC targets,
+//!   `--tvm-max-depth` for the native one; 8 when not given);
+//! * the total no larger than any baseline, and every BYOC target's restricted baseline (that
+//!   target with the native targets and the host) no larger than its greedy baseline;
 //! * the partitioned program (`-o`) parsing with `collage parse`, and carrying `Primitive=1`,
 //!   `Compiler="..."` and `global_symbol="..."` for each BYOC partition and `Composite="..."`
 //!   for each of its composites, one definition of each BYOC function and one call per
@@ -278,6 +281,30 @@ impl Ctx<'_> {
             );
         }
         actual.sort();
+        // Depth limits.
+        let limit = |flag: &str| {
+            run.args
+                .iter()
+                .position(|a| a == flag)
+                .and_then(|k| run.args.get(k + 1))
+                .map_or(8, |v| v.parse::<u64>().expect("a depth limit"))
+        };
+        let (byoc_limit, tvm_limit) = (limit("--byoc-max-depth"), limit("--tvm-max-depth"));
+        for p in partitions {
+            let depth = p["depth"].as_u64().expect("depth");
+            let name = &p["name"];
+            if p["compiler"].is_string() {
+                assert!(
+                    depth <= byoc_limit,
+                    "{ctx}: {name} has depth {depth}, above --byoc-max-depth {byoc_limit}"
+                );
+            } else if p["target"] != "host" {
+                assert!(
+                    depth <= tvm_limit,
+                    "{ctx}: {name} has depth {depth}, above --tvm-max-depth {tvm_limit}"
+                );
+            }
+        }
         if let Some(expected) = &run.partitions {
             let mut expected = expected.clone();
             expected.sort();
@@ -307,6 +334,13 @@ impl Ctx<'_> {
                 assert!(
                     total <= c,
                     "{ctx}: total {total} above baseline {name} = {c}"
+                );
+            }
+            if let (Some(target), Some(greedy)) = (name.strip_prefix("greedy:"), cost.as_f64()) {
+                let restricted = baselines.get(target).and_then(|v| v.as_f64());
+                assert!(
+                    restricted.is_some_and(|r| r <= greedy),
+                    "{ctx}: baseline {target} = {restricted:?} above greedy:{target} = {greedy}"
                 );
             }
         }
@@ -471,8 +505,8 @@ impl Ctx<'_> {
 #[test]
 fn partition_scenarios() {
     let base = root().join("tests/fixtures/partition");
-    let tmp = std::env::temp_dir().join(format!("collage-partition-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).expect("a temporary directory");
+    let tmp_dir = tempfile::tempdir().expect("a temporary directory");
+    let tmp = tmp_dir.path().to_path_buf();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&base)
         .expect("the fixture directory")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -500,7 +534,6 @@ fn partition_scenarios() {
             runs += 1;
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
     assert!(
         failed.is_empty(),
         "failed runs (see the panics above): {failed:#?}"

@@ -16,8 +16,18 @@ where
     Command::new(env!("CARGO_BIN_EXE_collage"))
         .args(args)
         .current_dir(dir)
+        .env("COLLAGE_CACHE_DIR", cache_dir())
         .output()
         .expect("the binary runs")
+}
+
+/// The cache directory every `collage` run of this test process shares (a temporary
+/// directory: tests never touch the user's cache). Sharing it means that each distinct kernel
+/// is compiled once per test process.
+pub fn cache_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary cache directory"))
+        .path()
 }
 
 /// Runs the `collage` binary at the repository root.

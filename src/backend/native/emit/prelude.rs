@@ -1,0 +1,204 @@
+//! The C text every translation unit starts with: headers, conversions, and the register-blocked
+//! GEMM micro-kernels the kernels of one unit need.
+//!
+//! A micro-kernel computes an `MR × NR` tile of `C = A · B` over the whole `K` from packed
+//! operands: `A` as `[K][MR]` (one column of the tile's rows per step) and `B` as `[K][NR]` (one
+//! row of the tile's panel per step). It keeps the tile in `MR × NR/VL` vector accumulators
+//! (GCC vector extensions, `VL` floats each; AVX-512 gives 16) and writes it to a small array
+//! for the epilogue. Every step loads `NR/VL` vectors of `B` and broadcasts `MR` scalars of `A`
+//! into fused multiply-adds.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// The vector shape of this machine's generated code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Isa {
+    /// Floats per vector register (16 with AVX-512, 8 with AVX, 4 otherwise).
+    pub vl: usize,
+    /// Rows of the GEMM register tile.
+    pub mr: usize,
+    /// Columns of the GEMM register tile (a multiple of `vl`).
+    pub nr: usize,
+}
+
+impl Isa {
+    /// The vector shape of the machine running this process.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa {
+                    vl: 16,
+                    mr: 8,
+                    nr: 32,
+                };
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Isa {
+                    vl: 8,
+                    mr: 6,
+                    nr: 16,
+                };
+            }
+        }
+        Isa {
+            vl: 4,
+            mr: 4,
+            nr: 8,
+        }
+    }
+}
+
+/// Parts of the prelude a kernel needs beyond the always-present helpers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Feature {
+    /// The `mr × nr` micro-kernel.
+    Ukr(usize, usize),
+    /// The `mr × nr` indirect micro-kernel (rows of `A` read through pointers and offsets).
+    Ukri(usize, usize),
+}
+
+const HEAD: &str = r#"#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include <string.h>
+#include <omp.h>
+
+static inline float bf16_f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t f_bf16(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline int f_isnan(float f) { uint32_t u; memcpy(&u, &f, 4); return (u & 0x7fffffffu) > 0x7f800000u; }
+static inline int d_isnan(double f) { uint64_t u; memcpy(&u, &f, 8); return (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+static inline int64_t f2i(float f) {
+  if (f_isnan(f)) return 0;
+  if (f >= 9.2233720e18f) return INT64_MAX;
+  if (f <= -9.2233720e18f) return INT64_MIN;
+  return (int64_t)f;
+}
+static inline int64_t d2i(double f) {
+  if (d_isnan(f)) return 0;
+  if (f >= 9.2233720368547758e18) return INT64_MAX;
+  if (f <= -9.2233720368547758e18) return INT64_MIN;
+  return (int64_t)f;
+}
+static inline uint64_t d2u(double f) {
+  if (d_isnan(f) || f <= 0.0) return 0;
+  if (f >= 1.8446744073709552e19) return UINT64_MAX;
+  return (uint64_t)f;
+}
+static inline long clampl(long x, long lo, long hi) { return x < lo ? lo : (x > hi ? hi : x); }
+static inline long wrapl(long x, long n) { long r = x % n; return r < 0 ? r + n : r; }
+static inline long reflectl(long x, long n) {
+  if (n == 1) return 0;
+  long p = 2 * (n - 1), r = x % p;
+  if (r < 0) r += p;
+  return r < n ? r : p - r;
+}
+"#;
+
+/// The prelude with the given features (in a fixed order).
+pub fn prelude(isa: Isa, features: &BTreeSet<Feature>) -> String {
+    let mut s = String::from(HEAD);
+    let _ = writeln!(
+        s,
+        "typedef float vf __attribute__((vector_size({})));",
+        isa.vl * 4
+    );
+    let _ = writeln!(
+        s,
+        "typedef float vfu __attribute__((vector_size({}), aligned(4)));",
+        isa.vl * 4
+    );
+    for f in features {
+        match *f {
+            Feature::Ukr(mr, nr) => ukr(&mut s, isa, mr, nr),
+            Feature::Ukri(mr, nr) => ukri(&mut s, isa, mr, nr),
+        }
+    }
+    s
+}
+
+/// The `mr × nr` micro-kernel: `C[mr][nr] = Σ_k A[k][mr] ⊗ B[k][nr]`.
+fn ukr(s: &mut String, isa: Isa, mr: usize, nr: usize) {
+    let nv = nr / isa.vl;
+    let vl = isa.vl;
+    let _ = writeln!(
+        s,
+        "static inline void ukr_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, float* restrict C) {{"
+    );
+    for i in 0..mr {
+        for v in 0..nv {
+            let _ = writeln!(s, "  vf c{i}_{v} = {{0}};");
+        }
+    }
+    let _ = writeln!(s, "  for (long k = 0; k < K; k++) {{");
+    for v in 0..nv {
+        let _ = writeln!(
+            s,
+            "    const vf b{v} = *(const vfu*)(B + k * {nr} + {});",
+            v * vl
+        );
+    }
+    for i in 0..mr {
+        let _ = writeln!(s, "    {{ const float a = A[k * {mr} + {i}];");
+        for v in 0..nv {
+            let _ = writeln!(s, "      c{i}_{v} += a * b{v};");
+        }
+        let _ = writeln!(s, "    }}");
+    }
+    let _ = writeln!(s, "  }}");
+    for i in 0..mr {
+        for v in 0..nv {
+            let _ = writeln!(s, "  *(vfu*)(C + {} ) = c{i}_{v};", i * nr + v * vl);
+        }
+    }
+    let _ = writeln!(s, "}}");
+}
+
+/// The `mr × nr` indirect micro-kernel of implicit-GEMM convolutions:
+/// `C[i][nr] = Σ_k X[i][off[k]] · B[k][nr]`, row `i` of `A` being the input pixels under the taps
+/// of output pixel `i` (`X[i]` points at its window, `off[k]` is tap `k`'s offset).
+fn ukri(s: &mut String, isa: Isa, mr: usize, nr: usize) {
+    let nv = nr / isa.vl;
+    let vl = isa.vl;
+    let _ = writeln!(
+        s,
+        "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
+    );
+    for i in 0..mr {
+        let _ = writeln!(s, "  const float* restrict x{i} = X[{i}];");
+        for v in 0..nv {
+            let _ = writeln!(s, "  vf c{i}_{v} = {{0}};");
+        }
+    }
+    let _ = writeln!(s, "  for (long k = 0; k < K; k++) {{");
+    let _ = writeln!(s, "    const long o = off[k];");
+    for v in 0..nv {
+        let _ = writeln!(
+            s,
+            "    const vf b{v} = *(const vfu*)(B + k * {nr} + {});",
+            v * vl
+        );
+    }
+    for i in 0..mr {
+        let _ = writeln!(s, "    {{ const float a = x{i}[o];");
+        for v in 0..nv {
+            let _ = writeln!(s, "      c{i}_{v} += a * b{v};");
+        }
+        let _ = writeln!(s, "    }}");
+    }
+    let _ = writeln!(s, "  }}");
+    for i in 0..mr {
+        for v in 0..nv {
+            let _ = writeln!(s, "  *(vfu*)(C + {}) = c{i}_{v};", i * nr + v * vl);
+        }
+    }
+    let _ = writeln!(s, "}}");
+}

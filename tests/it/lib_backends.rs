@@ -9,8 +9,9 @@
 //!   (against plain loops: the interpreter runs `nn.conv2d` only), batch norm folding, `sum`
 //!   in place and copied, transposes, one-row dense layers, broadcast batches;
 //! * every corpus model partitioned with `--target tvm_cpu --target dnnl` and with
-//!   `--target tvm_cpu --target openblas`, run end to end against the original on the reference
-//!   interpreter (one reference run per model serves both);
+//!   `--target tvm_cpu --target openblas`, run end to end (libraries, generated code for the
+//!   native operators) against the original on the reference interpreter (one reference run
+//!   per model serves both);
 //! * what oneDNN or OpenBLAS cannot run (float16 entries of TVM's table, attribute values a
 //!   primitive rejects) is unsupported, never a crash, and falls back with W2310;
 //! * a machine without a library (simulated with `COLLAGE_DNNL_LIBRARY` pointing nowhere): a
@@ -26,6 +27,8 @@
 
 use crate::support::{collage_in, load_text_ok, root};
 use collage::backend::dnnl::DnnlBackend;
+use collage::backend::native::grouping::FuseGrouping;
+use collage::backend::native::{Config as NativeConfig, Native};
 use collage::backend::openblas::OpenBlasBackend;
 use collage::backend::reference::Reference;
 use collage::backend::{Backend, Backends, ConstantSource, RunCx, Unit};
@@ -97,6 +100,39 @@ fn run_module(
             .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
             .collect(),
     };
+    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
+    let flat = out
+        .value
+        .flatten()
+        .into_iter()
+        .map(|t| (**t).clone())
+        .collect();
+    let kernels = x.kernels().iter().map(|k| k.backend.clone()).collect();
+    let warnings = x.warnings.iter().map(|d| d.message.clone()).collect();
+    (flat, kernels, warnings)
+}
+
+/// The outputs of a plan's `@main` run as `collage run --backend auto` runs it: `backends`
+/// (the libraries and the native backend) with the inline operators grouped as FuseOps groups
+/// them; inputs from seed 1. Also the backend of each kernel and the warnings.
+fn run_plan(
+    m: &Module,
+    backends: Vec<Arc<dyn Backend>>,
+    threads: usize,
+) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
+    let w = Weights::new(1);
+    let mw = w.for_module(m);
+    let opts = Options {
+        threads,
+        backends: Backends { list: backends },
+        grouping: Some(Box::new(FuseGrouping::default())),
+    };
+    let x = executor::compile(m, &mw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
+    let ins: Vec<Arc<Tensor>> = x
+        .inputs
+        .iter()
+        .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+        .collect();
     let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
     let flat = out
         .value
@@ -1317,7 +1353,8 @@ fn reference_outputs(name: &str, m: &Module) -> Vec<Tensor> {
 
 /// Every corpus model partitioned with `--target tvm_cpu --target dnnl` and with
 /// `--target tvm_cpu --target openblas`, run end to end (the library partitions on the library,
-/// the rest on the interpreter) against the original on the interpreter. Where the search gives
+/// the native operators as generated code, the rest on the interpreter) against the original
+/// on the interpreter. Where the search gives
 /// a library nothing (OpenBLAS on the CNNs, whose only GEMM is a one-row classifier that costs
 /// the same natively), or the library refuses every partition (TVM's dtype-blind entries on the
 /// float16 models), the plan runs on the interpreter only and is not run again here
@@ -1326,6 +1363,7 @@ fn reference_outputs(name: &str, m: &Module) -> Vec<Tensor> {
 fn corpus_models_partitioned_for_each_library_run_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let mut ran = BTreeMap::new();
+    let mut with_native = BTreeSet::new();
     for (name, m) in corpus_and_generated() {
         let file = dir.path().join("model.relay");
         std::fs::write(&file, collage::relay::print::print_module(&m)).unwrap();
@@ -1398,12 +1436,23 @@ fn corpus_models_partitioned_for_each_library_run_end_to_end() {
                 );
                 continue;
             }
-            let (got, kernels, warnings) = run_module(&pm, vec![backend], 2, None);
+            // The whole plan as `collage run` runs it: the library partitions on the library,
+            // the native operators as generated code (FuseOps groups), the rest on the
+            // interpreter.
+            let native = Arc::new(Native::new(NativeConfig {
+                threads: 2,
+                cache_dir: Some(crate::support::cache_dir().to_path_buf()),
+                ..NativeConfig::default()
+            }));
+            let (got, kernels, warnings) = run_plan(&pm, vec![backend, native], 2);
             let on_lib = kernels.iter().filter(|k| *k == lib).count();
             assert!(
                 on_lib > 0 && warnings.is_empty(),
                 "{name} {lib}: {kernels:?} {warnings:?}"
             );
+            if kernels.iter().any(|k| k == "native") {
+                with_native.insert(format!("{name} {lib}"));
+            }
             let want = reference_outputs(&name, &m);
             assert_eq!(got.len(), want.len(), "{name}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -1420,6 +1469,13 @@ fn corpus_models_partitioned_for_each_library_run_end_to_end() {
         "mnist dnnl",
     ] {
         assert!(ran.contains_key(must), "{must} did not run: {ran:?}");
+    }
+    // The plans mix the backends: native operators between the library partitions.
+    for must in ["resnet50 dnnl", "gpt2 dnnl", "gpt2 openblas"] {
+        assert!(
+            with_native.contains(must),
+            "{must}: no generated code ran: {with_native:?}"
+        );
     }
 }
 

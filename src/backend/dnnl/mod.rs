@@ -23,7 +23,7 @@ use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::{sys, Dnnl, Engine, Memory, Stream};
 use crate::ffi::omp::Omp;
 use crate::ffi::LoadError;
-use plan::{Plan, Storage};
+use plan::{Plan, StepKind, Storage};
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 
@@ -90,15 +90,28 @@ impl Backend for DnnlBackend {
                 None,
             ));
         };
+        Ok(Arc::new(self.compile_function(module, func, consts)?))
+    }
+}
+
+impl DnnlBackend {
+    /// Compiles the partition function `func` of `module` (what [`Backend::compile`] does, with
+    /// the concrete kernel type, for measurements).
+    pub fn compile_function(
+        &self,
+        module: &crate::ir::Module,
+        func: crate::ir::FuncId,
+        consts: &dyn ConstantSource,
+    ) -> Result<DnnlKernel, Unsupported> {
         let span = Some(module.func(func).span);
         let g = byoc::read(module, func, consts)?;
         let plan = plan::build(&self.dnnl, &self.engine, module, &g, consts)
             .map_err(|r| Unsupported::op(r, span))?;
-        Ok(Arc::new(DnnlKernel {
+        Ok(DnnlKernel {
             plan: Arc::new(plan),
             omp: self.omp.clone(),
             threads: self.threads,
-        }))
+        })
     }
 }
 
@@ -166,7 +179,7 @@ struct State {
 }
 
 /// A kernel bound to one call site.
-struct DnnlPrepared {
+pub struct DnnlPrepared {
     plan: Arc<Plan>,
     omp: Arc<Omp>,
     threads: usize,
@@ -185,6 +198,16 @@ fn dnnl_failure(e: crate::ffi::dnnl::Error) -> Unsupported {
 
 impl Kernel for DnnlKernel {
     fn prepare(&self, consts: &[Option<Arc<Tensor>>]) -> Result<Box<dyn Prepared>, Unsupported> {
+        Ok(Box::new(self.prepare_site(consts)?))
+    }
+}
+
+impl DnnlKernel {
+    /// [`Kernel::prepare`] with the concrete type, for measurements.
+    pub fn prepare_site(
+        &self,
+        consts: &[Option<Arc<Tensor>>],
+    ) -> Result<DnnlPrepared, Unsupported> {
         let plan = &self.plan;
         let engine = &plan.engine;
         let is_const = |i: usize| consts.get(i).is_some_and(Option::is_some);
@@ -262,7 +285,7 @@ impl Kernel for DnnlKernel {
                 run_steps.push(s);
             }
         }
-        Ok(Box::new(DnnlPrepared {
+        Ok(DnnlPrepared {
             plan: self.plan.clone(),
             omp: self.omp.clone(),
             threads: self.threads,
@@ -276,7 +299,7 @@ impl Kernel for DnnlKernel {
                 _buffers: buffers,
                 _scratch_buf: scratch_buf,
             }),
-        }))
+        })
     }
 }
 
@@ -300,12 +323,36 @@ fn execute(
     step.prim.execute(stream, &args)
 }
 
-impl Prepared for DnnlPrepared {
-    fn run(
+/// Which of a prepared kernel's per-call steps [`DnnlPrepared::run_part`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Every step (what [`Prepared::run`] does).
+    All,
+    /// The primitives of the composites only: their sources, weights and destinations stay in
+    /// the layouts the primitives chose (valid after one full run).
+    Compute,
+    /// The data movement only: reorders of the inputs into the primitives' layouts, results
+    /// reordered into the output tensors, summands copied into a destination.
+    Boundary,
+}
+
+impl DnnlPrepared {
+    /// How many per-call steps of each part there are: (compute, boundary).
+    pub fn step_counts(&self) -> (usize, usize) {
+        let compute = self
+            .run_steps
+            .iter()
+            .filter(|&&s| self.plan.steps[s].kind == StepKind::Compute)
+            .count();
+        (compute, self.run_steps.len() - compute)
+    }
+
+    /// Runs the steps of one part (see [`Part`]) on the given tensors.
+    pub fn run_part(
         &self,
         inputs: &[Arc<Tensor>],
         outputs: &mut [Tensor],
-        _cx: &RunCx<'_>,
+        part: Part,
     ) -> Result<(), RunError> {
         let plan = &self.plan;
         for (j, o) in outputs.iter().enumerate() {
@@ -343,6 +390,13 @@ impl Prepared for DnnlPrepared {
         }
         self.omp.set_num_threads(self.threads);
         for &s in &self.run_steps {
+            let compute = plan.steps[s].kind == StepKind::Compute;
+            match part {
+                Part::All => {}
+                Part::Compute if compute => {}
+                Part::Boundary if !compute => {}
+                _ => continue,
+            }
             execute(plan, s, &state.mems, &state.scratch, &state.stream).map_err(|e| {
                 RunError::new(format!(
                     "oneDNN {} ({}) failed: {e}",
@@ -355,5 +409,16 @@ impl Prepared for DnnlPrepared {
             .wait()
             .map_err(|e| RunError::new(e.to_string()))?;
         Ok(())
+    }
+}
+
+impl Prepared for DnnlPrepared {
+    fn run(
+        &self,
+        inputs: &[Arc<Tensor>],
+        outputs: &mut [Tensor],
+        _cx: &RunCx<'_>,
+    ) -> Result<(), RunError> {
+        self.run_part(inputs, outputs, Part::All)
     }
 }

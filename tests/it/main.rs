@@ -17,6 +17,7 @@ mod generate;
 mod hardening;
 mod models;
 mod mutate;
+mod native;
 mod output;
 mod partition;
 mod partition_e2e;

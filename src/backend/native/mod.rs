@@ -710,6 +710,11 @@ unsafe impl Send for PreparedNative {}
 unsafe impl Sync for PreparedNative {}
 
 impl Prepared for PreparedNative {
+    /// Every output is materialized by a loop nest over its whole shape.
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -18,6 +18,7 @@ mod hardening;
 mod limits;
 mod models;
 mod mutate;
+mod native;
 mod output;
 mod partition;
 mod partition_e2e;

@@ -16,6 +16,7 @@ mod fuse;
 mod generate;
 mod hardening;
 mod limits;
+mod metadata;
 mod models;
 mod mutate;
 mod native;

@@ -20,7 +20,11 @@
 //! hold them in one list and a measurement can time them from any thread. Each backend has a
 //! name and a version, for cache keys.
 
+pub mod byoc;
+pub mod cpu;
+pub mod dnnl;
 pub mod native;
+pub mod openblas;
 pub mod reference;
 
 use crate::diag::{Code, Diagnostic};

@@ -54,7 +54,7 @@ pub struct Request {
     pub rtol: Option<f64>,
     /// Absolute tolerance (`None`: per dtype).
     pub atol: Option<f64>,
-    /// What runs the native partitions.
+    /// What runs the partitions.
     pub backend: BackendChoice,
     /// The cache directory (`None`: `$COLLAGE_CACHE_DIR` or the user's cache directory).
     pub cache_dir: Option<PathBuf>,
@@ -77,12 +77,13 @@ pub fn reference_tolerance(d: crate::ir::DType) -> (f64, f64) {
     }
 }
 
-/// What runs the native partitions (the inline operators of `@main` and `Primitive=1`
-/// functions).
+/// What runs the partitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// Each partition on its target's backend: the native operators as generated code (FuseOps
-    /// groups compiled by the C compiler), falling back to the interpreter unit by unit.
+    /// Each partition on its target's backend: the native operators (the inline operators of
+    /// `@main` and `Primitive=1` functions) as generated code (FuseOps groups compiled by the C
+    /// compiler), `Compiler="dnnl"` and `Compiler="openblas"` functions on their libraries (a
+    /// missing library is E2308), falling back to the interpreter unit by unit.
     Auto,
     /// The reference interpreter, one operator at a time (the oracle).
     Reference,
@@ -136,13 +137,24 @@ fn compile_model(
 ) -> Result<Executable, Outcome> {
     let mw = weights.for_module(m);
     let opts = match native {
-        Some(n) => Options {
-            threads,
-            backends: Backends {
-                list: vec![n.clone() as Arc<dyn Backend>],
-            },
-            grouping: Some(Box::new(FuseGrouping::default())),
-        },
+        Some(n) => {
+            // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
+            // missing), then generated code for the native operators.
+            let mut list = crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+                let mut ds = Diagnostics::new();
+                for d in errors {
+                    ds.push(d);
+                }
+                report(&ds, sources);
+                Outcome::InputErrors
+            })?;
+            list.push(n.clone() as Arc<dyn Backend>);
+            Options {
+                threads,
+                backends: Backends { list },
+                grouping: Some(Box::new(FuseGrouping::default())),
+            }
+        }
         None => Options {
             threads,
             ..Options::default()

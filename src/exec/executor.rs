@@ -4,8 +4,8 @@
 //! Which backend compiles what:
 //!
 //! * a call of a function with `Compiler="X"`: the backends that handle `X`, in order, then the
-//!   reference interpreter (today no backend handles any compiler, so the GPU targets'
-//!   partitions run on the reference interpreter);
+//!   reference interpreter (oneDNN handles `dnnl` and OpenBLAS `openblas`; no backend handles
+//!   the GPU targets' compilers, so their partitions run on the reference interpreter);
 //! * a call of a `Primitive=1` function without `Compiler`, and each group of inline operator
 //!   calls of `@main`: the backends that handle native code, then the reference interpreter;
 //! * a call of any other function: the reference interpreter.

@@ -15,6 +15,7 @@ mod extract;
 mod fuse;
 mod generate;
 mod hardening;
+mod lib_backends;
 mod limits;
 mod metadata;
 mod models;

@@ -332,7 +332,14 @@ fn bench_libs(c: &mut Criterion) {
                         // The executor sets the calling thread's OpenMP count before a run.
                         omp.set_num_threads(threads);
                         prepared
-                            .run(&inputs, &mut outputs, &RunCx { mem: &mem })
+                            .run(
+                                &inputs,
+                                &mut outputs,
+                                &RunCx {
+                                    mem: &mem,
+                                    buffers: None,
+                                },
+                            )
                             .expect("runs")
                     })
                 });

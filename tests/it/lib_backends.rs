@@ -252,7 +252,14 @@ fn unit_outputs(m: &Module, b: &dyn Backend) -> Result<Vec<Tensor>, String> {
         .collect();
     let mem = MemCounter::new(0);
     prepared
-        .run(&inputs, &mut outs, &RunCx { mem: &mem })
+        .run(
+            &inputs,
+            &mut outs,
+            &RunCx {
+                mem: &mem,
+                buffers: None,
+            },
+        )
         .map_err(|e| e.message)?;
     Ok(outs)
 }
@@ -1638,7 +1645,15 @@ fn kernels_run_with_the_requested_threads() {
                     let wt = Arc::new(Tensor::zeros(DType::F32, &[4, 16]).unwrap());
                     let mut out = [Tensor::zeros(DType::F32, &[8, 4]).unwrap()];
                     let mem = MemCounter::new(0);
-                    p.run(&[x, wt], &mut out, &RunCx { mem: &mem }).unwrap();
+                    p.run(
+                        &[x, wt],
+                        &mut out,
+                        &RunCx {
+                            mem: &mem,
+                            buffers: None,
+                        },
+                    )
+                    .unwrap();
                     assert_eq!(omp.max_threads(), threads, "{lib}");
                     if lib == "openblas" {
                         assert_eq!(blas.num_threads(), threads, "{lib}");

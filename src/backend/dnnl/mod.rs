@@ -105,6 +105,9 @@ impl DnnlBackend {
     ) -> Result<DnnlKernel, Unsupported> {
         let span = Some(module.func(func).span);
         let g = byoc::read(module, func, consts)?;
+        // oneDNN splits the work of a primitive when it is created, for the creating thread's
+        // OpenMP count: create them for the count they run with.
+        let _threads = self.omp.with_threads(self.threads);
         let plan = plan::build(&self.dnnl, &self.engine, module, &g, consts)
             .map_err(|r| Unsupported::op(r, span))?;
         Ok(DnnlKernel {
@@ -274,7 +277,7 @@ impl DnnlKernel {
             .filter(|&s| plan.constant_reorder(s, &is_const))
             .collect();
         if !setup.is_empty() {
-            self.omp.set_num_threads(self.threads);
+            let _threads = self.omp.with_threads(self.threads);
             for &s in &setup {
                 execute(plan, s, &mems, &scratch, &stream).map_err(dnnl_failure)?;
             }

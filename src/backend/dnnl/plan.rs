@@ -2,7 +2,7 @@
 //! every value and a memory plan.
 //!
 //! * Every value has a memory descriptor. The partition's parameters and constants are plain
-//!   row-major. Convolutions, inner products and the matmul of a one-row dense layer are built
+//!   row-major. Convolutions and the matmuls of dense layers are built
 //!   with `any` source, weights and destination, so oneDNN picks its (blocked) layouts; the other
 //!   primitives take their source in the layout it arrives in (their destination follows it).
 //!   Where a primitive wants another layout than its input has, a reorder is inserted: at the
@@ -599,37 +599,26 @@ impl Builder<'_> {
         let x = self.operand(data, args)?;
         let x = self.reshape(x, &[m, k])?;
         let w = self.operand(weight, args)?;
-        // One row: a matmul (oneDNN's inner product is slower there); else an inner product.
-        let (pd, w_view, wdims, bias_dims, what) = if m == 1 {
-            let wmd = self.plain_md(&[n, k])?;
-            let wmd = d.md_permute(&wmd, &[1, 0]).map_err(|e| e.to_string())?;
-            let w_view = self.view(w, wmd, vec![k, n])?;
-            let bias_md = self.plain_md(&[1, n])?;
-            let op = d
-                .matmul(
-                    &self.any_md(&[m, k])?,
-                    &self.any_md(&[k, n])?,
-                    bias.map(|_| &bias_md),
-                    &self.any_md(&dst_dims)?,
-                )
-                .map_err(|e| unsupported(e, "matmul"))?;
-            let pd = PrimitiveDesc::new(self.engine, &op, Some(&attr))
-                .map_err(|e| unsupported(e, "matmul"))?;
-            (pd, w_view, vec![k, n], vec![1, n], "matmul")
-        } else {
-            let bias_md = self.plain_md(&[n])?;
-            let op = d
-                .inner_product(
-                    &self.any_md(&[m, k])?,
-                    &self.any_md(&[n, k])?,
-                    bias.map(|_| &bias_md),
-                    &self.any_md(&dst_dims)?,
-                )
-                .map_err(|e| unsupported(e, "inner product"))?;
-            let pd = PrimitiveDesc::new(self.engine, &op, Some(&attr))
-                .map_err(|e| unsupported(e, "inner product"))?;
-            (pd, w, vec![n, k], vec![n], "inner product")
-        };
+        // A matmul with the weight [N, K] seen as {K, N} (its bytes through transposed
+        // strides; the weight reorder happens once). oneDNN's inner product is the other
+        // choice: on the note's dense layers the matmul took 4-7% less time on two threads
+        // (D1-D3) and on one thread for D1, D2 and the one-row D4; the inner product 7% less
+        // for D3 on one thread (docs/performance.md).
+        let wmd = self.plain_md(&[n, k])?;
+        let wmd = d.md_permute(&wmd, &[1, 0]).map_err(|e| e.to_string())?;
+        let w_view = self.view(w, wmd, vec![k, n])?;
+        let bias_md = self.plain_md(&[1, n])?;
+        let op = d
+            .matmul(
+                &self.any_md(&[m, k])?,
+                &self.any_md(&[k, n])?,
+                bias.map(|_| &bias_md),
+                &self.any_md(&dst_dims)?,
+            )
+            .map_err(|e| unsupported(e, "matmul"))?;
+        let pd = PrimitiveDesc::new(self.engine, &op, Some(&attr))
+            .map_err(|e| unsupported(e, "matmul"))?;
+        let (wdims, bias_dims, what) = (vec![k, n], vec![1, n], "matmul");
         let src = self.in_layout(x, &pd.src_md().ok_or("no source layout")?, &[m, k])?;
         let wt = self.in_layout(
             w_view,

@@ -267,6 +267,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let compile_start = Instant::now();
     let x = compile_model(&m, &weights, threads, native.as_ref(), &sources)?;
     let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
+    // What the native backend did for this model (models compared with compile later).
+    let native_report = native
+        .as_ref()
+        .map(|n| (n.stats(), n.cache_dir(), n.version()));
 
     // Inputs: files by name, the rest drawn from the seed.
     for (name, _) in &given {
@@ -344,14 +348,19 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         }
     }
 
-    // Runs.
+    // Runs. The outputs of a run that are not kept give their storage back to the executable
+    // before the next run, as an executor with preallocated outputs would reuse them.
     for _ in 0..req.warmup {
-        run_once(&x, &inputs, &sources)?;
+        let (v, _) = run_once(&x, &inputs, &sources)?;
+        x.recycle(v);
     }
     let mut times = Vec::with_capacity(req.repeat);
-    let mut result = None;
+    let mut result: Option<Value> = None;
     let mut peak = 0u64;
     for _ in 0..req.repeat {
+        if let Some(v) = result.take() {
+            x.recycle(v);
+        }
         let start = Instant::now();
         let (v, p) = run_once(&x, &inputs, &sources)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
@@ -465,9 +474,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     let rep = RunReport {
         req,
-        native: native
-            .as_ref()
-            .map(|n| (n.stats(), n.cache_dir(), n.version())),
+        native: native_report,
         compile_ms,
         x: &x,
         input_sources: &input_sources,
@@ -590,14 +597,15 @@ impl RunReport<'_> {
         if let Some((st, dir, version)) = &self.native {
             let _ = writeln!(
                 s,
-                "native   {} unit(s) compiled to {} distinct kernel(s): {} compiled in {} compiler run(s), {} from the cache; {} fell back; compilation {:.0} ms",
+                "native   {} unit(s) compiled to {} distinct kernel(s): {} compiled in {} compiler run(s), {} from the cache; {} fell back; compilation {:.0} ms (C compiler {:.0} ms)",
                 st.kernels,
                 st.distinct,
                 st.compiled,
                 st.compiler_runs,
                 st.cached,
                 st.fallbacks,
-                self.compile_ms
+                self.compile_ms,
+                st.compile_seconds * 1e3
             );
             let _ = writeln!(
                 s,
@@ -769,6 +777,7 @@ impl RunReport<'_> {
                 "cached": st.cached,
                 "fallbacks": st.fallbacks,
                 "compile_ms": self.compile_ms,
+                "compiler_ms": st.compile_seconds * 1e3,
                 "version": version,
                 "cache_dir": dir.as_ref().map(|d| d.display().to_string()),
             })),

@@ -398,6 +398,19 @@ impl Executable {
         Ok(())
     }
 
+    /// Gives the storage of a run's result back for the outputs of later runs (tensors still
+    /// shared elsewhere are left alone).
+    pub fn recycle(&self, v: Value) {
+        let mem = MemCounter::new(0);
+        crate::exec::program::release(
+            v,
+            &RunCx {
+                mem: &mem,
+                buffers: Some(&self.buffers),
+            },
+        );
+    }
+
     /// Runs `@main` on one tensor per parameter (in order).
     pub fn run(&self, inputs: &[Arc<Tensor>]) -> Result<RunOutput, Diagnostic> {
         if inputs.len() != self.inputs.len() {

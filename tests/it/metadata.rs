@@ -60,10 +60,21 @@ fn same_data(original: &Module, printed: &Module) {
     constant_data_equal(original, printed).unwrap();
 }
 
-/// `collage run` of `model` (on `input.npy`) with its outputs in `dir/out`, as JSON.
+/// `collage run` of `model` (on `input.npy`) with its outputs in `dir/out`, as JSON. The
+/// reference backend runs it: the same operators in the same order on the same data give the
+/// same bits, so a printed module that kept its constants runs identical to the original.
 fn run(dir: &Path, model: &str, extra: &[&str]) -> Json {
     let input = format!("x={}", fixture("input.npy").display());
-    let mut args = vec!["run", model, "--input", &input, "--format", "json"];
+    let mut args = vec![
+        "run",
+        model,
+        "--backend",
+        "reference",
+        "--input",
+        &input,
+        "--format",
+        "json",
+    ];
     args.extend_from_slice(extra);
     serde_json::from_str(&ok(dir, &args)).unwrap()
 }
@@ -286,6 +297,8 @@ fn equal_structures_with_different_scalar_constants_are_not_shared() {
         [
             "run",
             "part.relay",
+            "--backend",
+            "reference",
             "--compare-with",
             model,
             "--format",

@@ -13,7 +13,9 @@
 //!   batch 1 reused for every element.
 //!
 //! `--threads N` sets OpenBLAS's thread count (`openblas_set_num_threads`, which in the OpenMP
-//! build also sets the calling thread's OpenMP count) before every call.
+//! build also sets the calling thread's OpenMP count) before every call. Runs of OpenBLAS
+//! kernels are serialised across the process (`OpenBlas::serial`): Debian's build keeps one
+//! set of buffers for its threads.
 
 use super::byoc::{self, Node};
 use super::{Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported};
@@ -721,6 +723,9 @@ impl Prepared for BlasPrepared {
             Dst::Temp(t, _) => temp_raw[t],
         };
         let mut node_raw: Vec<RawSlice> = Vec::with_capacity(plan.nodes.len());
+        // One kernel in OpenBLAS at a time in the process (`OpenBlas::serial`); the batch's
+        // parallel region runs under this hold.
+        let _serial = self.blas.serial();
         self.blas.set_num_threads(self.threads);
         for node in &plan.nodes {
             let r = match node {
@@ -761,5 +766,11 @@ impl Prepared for BlasPrepared {
             }
         }
         Ok(())
+    }
+
+    /// Every output is written whole: by its GEMM (beta = 0, or beta = 1 after the bias was
+    /// copied into every row), or copied from the value computing it.
+    fn overwrites_outputs(&self) -> bool {
+        true
     }
 }

@@ -424,4 +424,10 @@ impl Prepared for DnnlPrepared {
     ) -> Result<(), RunError> {
         self.run_part(inputs, outputs, Part::All)
     }
+
+    /// Every output is written whole: by its primitive, or by a reorder from the value
+    /// computing it (a `sum` destination is filled with its summand first).
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
 }

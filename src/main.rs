@@ -177,7 +177,8 @@ enum Command {
         json: bool,
     },
     /// Run a model (partitioned or not) and report its outputs, latency and peak memory: the
-    /// native operators as generated code, everything else on the reference interpreter.
+    /// native operators as generated code, the oneDNN and OpenBLAS partitions on their libraries,
+    /// everything else on the reference interpreter.
     Run {
         /// The model file (`.relay`).
         model: PathBuf,
@@ -214,8 +215,9 @@ enum Command {
         #[arg(long, value_name = "X")]
         atol: Option<f64>,
         /// Which backends run the model: `auto` (each partition on the backend of its target
-        /// where this machine has it: the native operators as generated code) or `reference`
-        /// (everything on the reference interpreter, the oracle).
+        /// where this machine has it: the native operators as generated code, `dnnl` and
+        /// `openblas` partitions on their libraries) or `reference` (everything on the reference
+        /// interpreter, the oracle; no library or compiler is needed).
         #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
         backend: BackendArg,
         /// The cache directory (default: `$COLLAGE_CACHE_DIR`, else `$XDG_CACHE_HOME/collage`,
@@ -483,7 +485,8 @@ enum FormatArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum BackendArg {
     /// Every partition on the backend for its target where this machine has it (the native
-    /// operators as generated code, compiled by the system C compiler).
+    /// operators as generated code, compiled by the system C compiler; the `dnnl` and
+    /// `openblas` partitions on their libraries).
     Auto,
     /// Everything on the reference interpreter.
     Reference,

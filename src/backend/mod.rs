@@ -20,11 +20,15 @@
 //! hold them in one list and a measurement can time them from any thread. Each backend has a
 //! name and a version, for cache keys.
 
+pub mod byoc;
+pub mod cpu;
+pub mod dnnl;
 pub mod native;
+pub mod openblas;
 pub mod reference;
 
 use crate::diag::{Code, Diagnostic};
-use crate::exec::program::MemCounter;
+use crate::exec::program::{Buffers, MemCounter};
 use crate::exec::tensor::Tensor;
 use crate::ir::{ExprId, FuncId, Module, Type};
 use crate::source::Span;
@@ -217,6 +221,9 @@ pub struct RunCx<'a> {
     /// Bytes of live tensors, for the peak-memory report. Kernels that allocate tensors of their
     /// own through a nested program count them here.
     pub mem: &'a MemCounter,
+    /// Storage of freed tensors to put the outputs of overwriting kernels on (`None`: every
+    /// output is freshly zeroed).
+    pub buffers: Option<&'a Buffers>,
 }
 
 /// A compiled unit.
@@ -237,6 +244,12 @@ pub trait Prepared: Send + Sync {
         outputs: &mut [Tensor],
         cx: &RunCx<'_>,
     ) -> Result<(), RunError>;
+
+    /// Whether `run` writes every element of every output, so that the outputs may be given
+    /// on reused storage holding stale values instead of zeros. The default is `false`.
+    fn overwrites_outputs(&self) -> bool {
+        false
+    }
 }
 
 /// A backend.

@@ -67,14 +67,22 @@ impl Signatures {
     /// only on the structure: sub-graphs whose nodes sit in another order in the graph but that
     /// extract into the same function get the same key. The tensor constants inside the
     /// candidate (which extraction keeps in the function's body, as patterns matching `const`
-    /// do) are named by their meta table entry, in walk order.
+    /// do), and the scalar ones it copies in from outside (inlinable operands, which the
+    /// structure names by type only), are named by their meta table entry, in walk order: two
+    /// call sites share a global only if their functions hold the same constants.
     pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
         self.function(g, &c.sub_graph, &mut out);
         for i in crate::enumerate::extract::walk(g, &c.sub_graph).members {
-            if let Some(Expr::Const(Constant::Meta { key, index, .. })) =
-                g.expr(i).map(|e| g.module.expr(e))
-            {
+            let copied_in = operand_nodes(g, i)
+                .into_iter()
+                .filter(|&j| g.inlinable[j] && !c.sub_graph.inside.contains(j));
+            for n in std::iter::once(i).chain(copied_in) {
+                let Some(Expr::Const(Constant::Meta { key, index, .. })) =
+                    g.expr(n).map(|e| g.module.expr(e))
+                else {
+                    continue;
+                };
                 let k = match self.meta_keys.iter().position(|x| x == key) {
                     Some(k) => k,
                     None => {
@@ -457,5 +465,40 @@ mod tests {
         assert_eq!(sigs.key(&g, &a), sigs.key(&g, &b));
         assert_ne!(sigs.function_key(&g, &a), sigs.function_key(&g, &b));
         assert_eq!(sigs.function_key(&g, &a), sigs.function_key(&g, &a.clone()));
+    }
+
+    /// Scalar meta constants are copied into the extracted function rather than passed (they are
+    /// inlinable), so they too tell functions apart; constant literals and the same constant do
+    /// not.
+    #[test]
+    fn scalar_constants_copied_in_name_it() {
+        let text = "#[version = \"0.0.5\"]\n\
+            def @main(%x: Tensor[(2), float32]) {\n  \
+            %0 = multiply(%x, meta[relay.Constant][0] /* ty=float32 */);\n  \
+            %1 = multiply(%0, meta[relay.Constant][1] /* ty=float32 */);\n  \
+            %2 = multiply(%1, meta[relay.Constant][0] /* ty=float32 */);\n  \
+            %3 = multiply(%2, 2f);\n  \
+            %4 = multiply(%3, 2f);\n  \
+            (%0, %1, %2, %3, %4)\n}\n";
+        let m = crate::relay::load_text(text);
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let muls: Vec<usize> = (0..g.len()).filter(|&i| g.label[i] == "multiply").collect();
+        assert_eq!(muls.len(), 5);
+        let single = |i: usize| Candidate {
+            target: 0,
+            sub_graph: SubGraph::new(&g, IndexSet::from_indices(g.len(), [i])),
+            rule_name: String::new(),
+        };
+        let mut sigs = Signatures::new(&g);
+        let keys: Vec<Key> = muls.iter().map(|&i| sigs.key(&g, &single(i))).collect();
+        let functions: Vec<Key> = muls
+            .iter()
+            .map(|&i| sigs.function_key(&g, &single(i)))
+            .collect();
+        // By post-DFS index: %0 (constant 0), %1 (constant 1), %2 (constant 0), %3, %4 (2f).
+        assert_eq!(keys[0], keys[1]);
+        assert_ne!(functions[0], functions[1]);
+        assert_eq!(functions[0], functions[2]);
+        assert_eq!(functions[3], functions[4]);
     }
 }

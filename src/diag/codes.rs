@@ -216,6 +216,8 @@ codes! {
     E2306 = "E2306", "outputs differ";
     /// Two models that cannot be compared (different parameters or results).
     E2307 = "E2307", "models not comparable";
+    /// A partition for a CPU library (`Compiler="dnnl"`, `"openblas"`) on a machine without it.
+    E2308 = "E2308", "backend library missing";
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
 

@@ -54,7 +54,7 @@ pub struct Request {
     pub rtol: Option<f64>,
     /// Absolute tolerance (`None`: per dtype).
     pub atol: Option<f64>,
-    /// What runs the native partitions.
+    /// What runs the partitions.
     pub backend: BackendChoice,
     /// The cache directory (`None`: `$COLLAGE_CACHE_DIR` or the user's cache directory).
     pub cache_dir: Option<PathBuf>,
@@ -77,12 +77,13 @@ pub fn reference_tolerance(d: crate::ir::DType) -> (f64, f64) {
     }
 }
 
-/// What runs the native partitions (the inline operators of `@main` and `Primitive=1`
-/// functions).
+/// What runs the partitions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// Each partition on its target's backend: the native operators as generated code (FuseOps
-    /// groups compiled by the C compiler), falling back to the interpreter unit by unit.
+    /// Each partition on its target's backend: the native operators (the inline operators of
+    /// `@main` and `Primitive=1` functions) as generated code (FuseOps groups compiled by the C
+    /// compiler), `Compiler="dnnl"` and `Compiler="openblas"` functions on their libraries (a
+    /// missing library is E2308), falling back to the interpreter unit by unit.
     Auto,
     /// The reference interpreter, one operator at a time (the oracle).
     Reference,
@@ -136,13 +137,24 @@ fn compile_model(
 ) -> Result<Executable, Outcome> {
     let mw = weights.for_module(m);
     let opts = match native {
-        Some(n) => Options {
-            threads,
-            backends: Backends {
-                list: vec![n.clone() as Arc<dyn Backend>],
-            },
-            grouping: Some(Box::new(FuseGrouping::default())),
-        },
+        Some(n) => {
+            // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
+            // missing), then generated code for the native operators.
+            let mut list = crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+                let mut ds = Diagnostics::new();
+                for d in errors {
+                    ds.push(d);
+                }
+                report(&ds, sources);
+                Outcome::InputErrors
+            })?;
+            list.push(n.clone() as Arc<dyn Backend>);
+            Options {
+                threads,
+                backends: Backends { list },
+                grouping: Some(Box::new(FuseGrouping::default())),
+            }
+        }
         None => Options {
             threads,
             ..Options::default()
@@ -255,6 +267,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let compile_start = Instant::now();
     let x = compile_model(&m, &weights, threads, native.as_ref(), &sources)?;
     let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
+    // What the native backend did for this model (models compared with compile later).
+    let native_report = native
+        .as_ref()
+        .map(|n| (n.stats(), n.cache_dir(), n.version()));
 
     // Inputs: files by name, the rest drawn from the seed.
     for (name, _) in &given {
@@ -332,14 +348,19 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         }
     }
 
-    // Runs.
+    // Runs. The outputs of a run that are not kept give their storage back to the executable
+    // before the next run, as an executor with preallocated outputs would reuse them.
     for _ in 0..req.warmup {
-        run_once(&x, &inputs, &sources)?;
+        let (v, _) = run_once(&x, &inputs, &sources)?;
+        x.recycle(v);
     }
     let mut times = Vec::with_capacity(req.repeat);
-    let mut result = None;
+    let mut result: Option<Value> = None;
     let mut peak = 0u64;
     for _ in 0..req.repeat {
+        if let Some(v) = result.take() {
+            x.recycle(v);
+        }
         let start = Instant::now();
         let (v, p) = run_once(&x, &inputs, &sources)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
@@ -453,9 +474,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     let rep = RunReport {
         req,
-        native: native
-            .as_ref()
-            .map(|n| (n.stats(), n.cache_dir(), n.version())),
+        native: native_report,
         compile_ms,
         x: &x,
         input_sources: &input_sources,
@@ -578,14 +597,15 @@ impl RunReport<'_> {
         if let Some((st, dir, version)) = &self.native {
             let _ = writeln!(
                 s,
-                "native   {} unit(s) compiled to {} distinct kernel(s): {} compiled in {} compiler run(s), {} from the cache; {} fell back; compilation {:.0} ms",
+                "native   {} unit(s) compiled to {} distinct kernel(s): {} compiled in {} compiler run(s), {} from the cache; {} fell back; compilation {:.0} ms (C compiler {:.0} ms)",
                 st.kernels,
                 st.distinct,
                 st.compiled,
                 st.compiler_runs,
                 st.cached,
                 st.fallbacks,
-                self.compile_ms
+                self.compile_ms,
+                st.compile_seconds * 1e3
             );
             let _ = writeln!(
                 s,
@@ -757,6 +777,7 @@ impl RunReport<'_> {
                 "cached": st.cached,
                 "fallbacks": st.fallbacks,
                 "compile_ms": self.compile_ms,
+                "compiler_ms": st.compile_seconds * 1e3,
                 "version": version,
                 "cache_dir": dir.as_ref().map(|d| d.display().to_string()),
             })),

@@ -4,8 +4,8 @@
 //! Which backend compiles what:
 //!
 //! * a call of a function with `Compiler="X"`: the backends that handle `X`, in order, then the
-//!   reference interpreter (today no backend handles any compiler, so the GPU targets'
-//!   partitions run on the reference interpreter);
+//!   reference interpreter (oneDNN handles `dnnl` and OpenBLAS `openblas`; no backend handles
+//!   the GPU targets' compilers, so their partitions run on the reference interpreter);
 //! * a call of a `Primitive=1` function without `Compiler`, and each group of inline operator
 //!   calls of `@main`: the backends that handle native code, then the reference interpreter;
 //! * a call of any other function: the reference interpreter.
@@ -17,7 +17,7 @@
 use crate::backend::reference::{self, Reference};
 use crate::backend::{Backend, Backends, ConstantSource, Group, RunCx, Unit, Unsupported};
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::exec::program::{Compiled, KernelRecord, MemCounter, Policy, Program, Region};
+use crate::exec::program::{Buffers, Compiled, KernelRecord, MemCounter, Policy, Program, Region};
 use crate::exec::tensor::{Shape, Tensor};
 use crate::exec::value::{flat_shapes, Value};
 use crate::ir::{ExprId, FuncId, Module, Type};
@@ -83,6 +83,8 @@ pub struct Executable {
     /// Whether the program's kernels may open OpenMP regions (any backend besides the
     /// reference interpreter): the thread that runs them then sets the OpenMP thread count.
     openmp: bool,
+    /// Storage of tensors freed by earlier steps and runs, for overwriting kernels' outputs.
+    buffers: Buffers,
 }
 
 /// The result of one run.
@@ -330,6 +332,7 @@ pub fn compile_on(
         warnings,
         threads,
         openmp: !opts.backends.list.is_empty(),
+        buffers: Buffers::default(),
     })
 }
 
@@ -422,6 +425,19 @@ impl Executable {
         self.pool.install(f)
     }
 
+    /// Gives the storage of a run's result back for the outputs of later runs (tensors still
+    /// shared elsewhere are left alone).
+    pub fn recycle(&self, v: Value) {
+        let mem = MemCounter::new(0);
+        crate::exec::program::release(
+            v,
+            &RunCx {
+                mem: &mem,
+                buffers: Some(&self.buffers),
+            },
+        );
+    }
+
     /// Runs `@main` on one tensor per parameter (in order).
     pub fn run(&self, inputs: &[Arc<Tensor>]) -> Result<RunOutput, Diagnostic> {
         if inputs.len() != self.inputs.len() {
@@ -451,7 +467,13 @@ impl Executable {
                         omp.set_num_threads(self.threads);
                     }
                 }
-                self.program.run(values, &RunCx { mem: &mem })
+                self.program.run(
+                    values,
+                    &RunCx {
+                        mem: &mem,
+                        buffers: Some(&self.buffers),
+                    },
+                )
             })
             .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
@@ -499,7 +521,16 @@ def @main(%x: Tensor[(4, 8), float32], %c: bool) {
             let base = x.const_bytes + inputs.iter().map(|t| t.nbytes() as u64).sum::<u64>();
             let mem = MemCounter::new(base);
             let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
-            let out = x.program.run(values, &RunCx { mem: &mem }).unwrap();
+            let out = x
+                .program
+                .run(
+                    values,
+                    &RunCx {
+                        mem: &mem,
+                        buffers: None,
+                    },
+                )
+                .unwrap();
             assert!(mem.peak() > base);
             let out_bytes: u64 = out
                 .iter()
@@ -510,7 +541,13 @@ def @main(%x: Tensor[(4, 8), float32], %c: bool) {
             // in the kernel's output, so it counts too).
             assert_eq!(mem.live(), base + out_bytes, "cond {cond}");
             for v in out {
-                release(v, &RunCx { mem: &mem });
+                release(
+                    v,
+                    &RunCx {
+                        mem: &mem,
+                        buffers: None,
+                    },
+                );
             }
             assert_eq!(mem.live(), base, "cond {cond}");
         }

@@ -228,6 +228,43 @@ impl Tensor {
         Tensor::zeros(s.dtype, &s.dims)
     }
 
+    /// The number of 8-byte storage words a tensor of this type holds (`None` when the dtype
+    /// is not supported or the size overflows).
+    pub fn words_of(s: &Shape) -> Option<usize> {
+        let es = elem_size(s.dtype)?;
+        numel(&s.dims)?.checked_mul(es).map(|n| n.div_ceil(8))
+    }
+
+    /// A tensor of a static type on the storage of a released tensor (`words` must be exactly
+    /// [`Tensor::words_of`] long; it is returned otherwise). Its elements are whatever the
+    /// storage held (the last word is cleared, so the bytes after the data are zero, as
+    /// equality needs): for kernels that write every element.
+    pub fn on_words(s: &Shape, mut words: Vec<u64>) -> Result<Tensor, Vec<u64>> {
+        let Some(es) = elem_size(s.dtype) else {
+            return Err(words);
+        };
+        let Some(n) = numel(&s.dims).and_then(|n| n.checked_mul(es)) else {
+            return Err(words);
+        };
+        if words.len() != n.div_ceil(8) || n as u64 > MAX_TENSOR_BYTES {
+            return Err(words);
+        }
+        if let Some(last) = words.last_mut() {
+            *last = 0;
+        }
+        Ok(Tensor {
+            dtype: s.dtype,
+            shape: s.dims.clone(),
+            words,
+            len: n,
+        })
+    }
+
+    /// The tensor's storage, for reuse ([`Tensor::on_words`]).
+    pub fn into_words(self) -> Vec<u64> {
+        self.words
+    }
+
     /// A tensor holding the given elements (which must match the dtype and the shape).
     pub fn from_slice<T: Elem>(
         dtype: DType,
@@ -521,6 +558,29 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reused_storage_keeps_its_values_and_zeroes_the_padding() {
+        let s = Shape {
+            dtype: DType::F16,
+            dims: vec![3],
+        };
+        assert_eq!(Tensor::words_of(&s), Some(1));
+        let t = Tensor::on_words(&s, vec![u64::MAX]).unwrap();
+        assert_eq!(t.nbytes(), 6);
+        assert_eq!(t.shape(), &[3]);
+        // The last word is cleared, so the two padding bytes are zero.
+        assert_eq!(t.into_words(), vec![0]);
+        let s = Shape {
+            dtype: DType::F32,
+            dims: vec![2, 2],
+        };
+        // Other words keep what they held.
+        let t = Tensor::on_words(&s, vec![1, 2]).unwrap();
+        assert_eq!(t.into_words(), vec![1, 0]);
+        // The wrong size is given back.
+        assert_eq!(Tensor::on_words(&s, vec![7; 3]).unwrap_err(), vec![7; 3]);
+    }
 
     #[test]
     fn zeros_views_and_rounding() {

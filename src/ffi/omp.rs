@@ -63,6 +63,18 @@ extern "C" fn region_body(data: *mut c_void) {
     }
 }
 
+/// The calling thread's OpenMP count set for a scope ([`Omp::with_threads`]).
+pub struct ThreadsGuard<'a> {
+    omp: &'a Omp,
+    previous: usize,
+}
+
+impl Drop for ThreadsGuard<'_> {
+    fn drop(&mut self) {
+        self.omp.set_num_threads(self.previous);
+    }
+}
+
 impl Omp {
     /// Loads the runtime `COLLAGE_OMP_LIBRARY` names, else `libgomp.so.1`.
     pub fn load() -> Result<Omp, LoadError> {
@@ -108,6 +120,19 @@ impl Omp {
         let n = c_int::try_from(n.max(1)).unwrap_or(c_int::MAX);
         // SAFETY: any positive count is valid.
         unsafe { (self.set_num_threads)(n) }
+    }
+
+    /// Sets the calling thread's count to `n` until the returned guard is dropped, when the
+    /// previous count comes back. oneDNN fixes the work split of many primitives (GEMMs,
+    /// convolutions, reorders) when they are created, from the creating thread's count, so
+    /// primitives must be created under the count they will run with.
+    pub fn with_threads(&self, n: usize) -> ThreadsGuard<'_> {
+        let previous = self.max_threads();
+        self.set_num_threads(n);
+        ThreadsGuard {
+            omp: self,
+            previous,
+        }
     }
 
     /// The number of threads a parallel region opened by the calling thread would get.
@@ -182,6 +207,21 @@ mod tests {
             omp.parallel(2, &|t, _| assert!(t != 1, "thread 1 fails"));
         });
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn a_scoped_thread_count_comes_back() {
+        let omp = Omp::shared().unwrap_or_else(|e| panic!("{e}"));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                omp.set_num_threads(3);
+                {
+                    let _g = omp.with_threads(1);
+                    assert_eq!(omp.max_threads(), 1);
+                }
+                assert_eq!(omp.max_threads(), 3);
+            });
+        });
     }
 
     #[test]

@@ -203,6 +203,17 @@ impl OpenBlas {
         unsafe { super::c_str((self.get_corename)()) }.unwrap_or_default()
     }
 
+    /// Holds OpenBLAS for the calling thread until the guard is dropped. OpenBLAS keeps one
+    /// process-wide thread count and one set of buffers for its threads: two calls made at once
+    /// from different threads with different counts, outside an OpenMP region, corrupted each
+    /// other's results here. Every user holds this around its calls; calls made inside an
+    /// OpenMP region opened while it is held (a batch split across the pool) run
+    /// single-threaded on their own buffers and need no lock of their own.
+    pub fn serial(&self) -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether the build runs on the OpenMP runtime (and so shares oneDNN's thread pool).
     pub fn uses_openmp(&self) -> bool {
         self.config().split_whitespace().any(|w| w == "USE_OPENMP")
@@ -401,6 +412,7 @@ mod tests {
     #[test]
     fn sgemm_matches_a_plain_loop_with_every_transpose() {
         let b = blas();
+        let _serial = b.serial();
         let (m, n, k) = (5, 7, 3);
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let (ar, ac) = if ta { (k, m) } else { (m, k) };
@@ -430,6 +442,7 @@ mod tests {
     #[test]
     fn sgemm_with_a_bias_through_beta_and_one_row() {
         let b = blas();
+        let _serial = b.serial();
         // A dense layer Y = X·Wᵀ + bias with M = 1: the bias broadcast into C, beta = 1.
         let (m, n, k) = (1, 6, 4);
         let x = matrix(m, k, 3);
@@ -462,6 +475,7 @@ mod tests {
     #[test]
     fn sgemm_with_leading_dimensions() {
         let b = blas();
+        let _serial = b.serial();
         // A 2×3 block of a 2×5 buffer, times a 3×2 block of a 3×4 buffer, into a 2×2 block of a
         // 2×3 buffer whose third column stays untouched.
         let a = matrix(2, 5, 5);
@@ -500,6 +514,7 @@ mod tests {
     #[test]
     fn bad_shapes_are_errors_not_calls() {
         let b = blas();
+        let _serial = b.serial();
         let a = vec![0.0; 6];
         let mut c = vec![0.0; 4];
         let m23 = Matrix::dense(&a, 2, 3);
@@ -531,6 +546,7 @@ mod tests {
     fn thread_count_round_trips() {
         let b = blas();
         std::thread::spawn(move || {
+            let _serial = b.serial();
             b.set_num_threads(1);
             assert_eq!(b.num_threads(), 1);
             b.set_num_threads(2);

@@ -57,6 +57,37 @@ pub fn functions_equal(a: &Module, fa: FuncId, b: &Module, fb: FuncId) -> Result
     cx.func(fa, fb)
 }
 
+/// Checks that every meta constant `b` refers to has the same data in both modules: the same
+/// bytes, or no data in either. Structural equality compares constants by key, index and type;
+/// this compares what they hold. The error names the first constant that differs.
+pub fn constant_data_equal(a: &Module, b: &Module) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &b.exprs {
+        let Expr::Const(Constant::Meta { key, index, .. }) = e else {
+            continue;
+        };
+        if !seen.insert((key, *index)) {
+            continue;
+        }
+        let k = (key.clone(), *index);
+        match (a.meta.data.get(&k), b.meta.data.get(&k)) {
+            (None, None) => {}
+            (Some(x), Some(y)) if x.0 == y.0 => {}
+            (x, y) => {
+                let describe = |d: Option<&ConstData>| {
+                    d.map_or_else(|| "no data".to_string(), |d| format!("{} bytes", d.0.len()))
+                };
+                return Err(format!(
+                    "the data of `meta[{key}][{index}]` differs: {} vs {}",
+                    describe(x),
+                    describe(y)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 struct Eq<'a> {
     a: &'a Module,
     b: &'a Module,

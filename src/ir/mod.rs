@@ -218,8 +218,11 @@ pub struct Global {
 /// An object in the meta table.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetaObject {
-    /// A tensor constant; only its type is kept.
+    /// A tensor constant; only its type is kept (its data, if any, is in [`MetaTable::data`]).
     Constant(TensorType),
+    /// A tensor constant whose entry has neither data nor a type (collage writes constants
+    /// without data so): a reference to it is typed by its `/* ty=... */` comment.
+    UntypedConstant,
     /// A virtual device.
     Device(VirtualDevice),
     /// Any other object; only its type key is kept.

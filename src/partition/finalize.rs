@@ -241,7 +241,7 @@ fn outline(m: &mut Module) {
 }
 
 /// Prints the module, parses it back and checks that it equals `original` once the partition
-/// functions are inlined.
+/// functions are inlined, and that every constant holds the same data as in `original`.
 pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String, String> {
     let text = crate::relay::print::print_module(rewritten);
     let mut sources = crate::source::SourceMap::new();
@@ -256,5 +256,7 @@ pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String,
     })?;
     crate::ir::inline::equal_after_inlining(original, &reparsed)
         .map_err(|e| format!("the partitioned program differs from the input: {e}"))?;
+    crate::ir::equal::constant_data_equal(original, &reparsed)
+        .map_err(|e| format!("the partitioned program lost constant data: {e}"))?;
     Ok(text)
 }

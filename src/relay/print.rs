@@ -5,11 +5,17 @@
 //! across the whole module, the last expression of a scope inline when it has at most one use),
 //! only non-default call attributes, and ` /* ty=T */` comments after constants, calls, tuples,
 //! projections and functions once types are known. Virtual devices are printed as inline
-//! `VirtualDevice(...)` literals, so the output never needs a metadata section.
+//! `VirtualDevice(...)` literals.
+//!
+//! Constants keep their meta table key and index (`meta[relay.Constant][i]`, always with its
+//! type comment). When a printed constant carries data (read from a metadata section), a
+//! `#[metadata]` section after the last definition holds the constants of its key with their
+//! NDArrays in TVM's JSON encoding ([`crate::relay::metadata::write_metadata`]), so the data is
+//! never lost; see [`Printer::meta_table`].
 //!
 //! With [`PrintOptions::tvm_compat`] the output is what TVM 0.19's parser reads: virtual devices
-//! are `meta[VirtualDevice][i]` references into a `#[metadata]` section written in TVM's JSON
-//! encoding ([`crate::relay::metadata::write_devices`]), and the device of a let-bound variable
+//! are `meta[VirtualDevice][i]` references into the `#[metadata]` section (the same one as the
+//! constants'), and the device of a let-bound variable
 //! (for which TVM has no syntax) becomes a fixed `on_device` around the bound value, as TVM's
 //! device planner writes it (or, for a bound function literal, the literal's result device).
 //!
@@ -19,7 +25,7 @@ use super::print_scopes::{ScopeId, Scopes};
 use crate::ir::literal::{write_float, write_int};
 use crate::ir::*;
 use crate::ops::registry;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
 /// Printing options.
@@ -85,10 +91,10 @@ fn print_module_full(m: &Module, opts: PrintOptions, devices: Option<&[VirtualDe
         p.out.push_str(&text);
         p.out.push('\n');
     }
-    if !p.meta_devices.is_empty() {
+    let table = p.meta_table();
+    if !table.is_empty() {
         p.out.push_str("\n#[metadata]\n");
-        p.out
-            .push_str(&super::metadata::write_devices(&p.meta_devices));
+        p.out.push_str(&super::metadata::write_metadata(&table));
         p.out.push('\n');
     }
     p.out
@@ -111,6 +117,8 @@ struct Printer<'m> {
     /// In TVM-compatible mode, function literals bound by a let whose variable has a device
     /// the literal does not state: they are printed with it as their result device.
     result_devices: std::collections::HashMap<FuncId, VirtualDevice>,
+    /// The meta constants printed, by key and index, with the type of their first reference.
+    meta_consts: BTreeMap<String, BTreeMap<u32, TensorType>>,
 }
 
 impl<'m> Printer<'m> {
@@ -144,7 +152,49 @@ impl<'m> Printer<'m> {
             devices: None,
             meta_devices: Vec::new(),
             result_devices: std::collections::HashMap::new(),
+            meta_consts: BTreeMap::new(),
         }
+    }
+
+    /// The meta table of the printed text: the virtual devices referred to (TVM-compatible
+    /// mode), and the constants of every key under which a printed constant carries data that
+    /// fits its type. Such a key's array holds every printed index of it, with its data when it
+    /// has some, and the null object at indices nothing printed refers to, so each printed
+    /// `meta[key][i]` names its own entry. Keys without data are left out: their constants are
+    /// typed by their comments, as before. Devices own the key `VirtualDevice`; constants under
+    /// that key (which no parsed module has) are not written. Keys are in name order.
+    fn meta_table(&self) -> Vec<(String, Vec<super::metadata::MetaEntry>)> {
+        use super::metadata::{data_fits, MetaEntry};
+        let mut table: BTreeMap<String, Vec<MetaEntry>> = BTreeMap::new();
+        if !self.meta_devices.is_empty() {
+            let devices = self.meta_devices.iter().cloned().map(MetaEntry::Device);
+            table.insert("VirtualDevice".to_string(), devices.collect());
+        }
+        for (key, consts) in &self.meta_consts {
+            if table.contains_key(key) {
+                continue;
+            }
+            let data_of = |index: u32, ty: &TensorType| {
+                self.m
+                    .meta
+                    .data
+                    .get(&(key.clone(), index))
+                    .filter(|d| data_fits(ty, &d.0))
+            };
+            if !consts.iter().any(|(&i, ty)| data_of(i, ty).is_some()) {
+                continue;
+            }
+            let len = consts.keys().next_back().map_or(0, |&i| i as usize + 1);
+            let mut entries = vec![MetaEntry::Null; len];
+            for (&i, ty) in consts {
+                entries[i as usize] = MetaEntry::Constant {
+                    ty: ty.clone(),
+                    data: data_of(i, ty).cloned(),
+                };
+            }
+            table.insert(key.clone(), entries);
+        }
+        table.into_iter().collect()
     }
 
     /// A virtual device as printed: the inline literal, or in TVM-compatible mode a reference
@@ -481,6 +531,11 @@ impl<'m> Printer<'m> {
                         s.push_str(&self.ty_comment(e));
                     }
                     Constant::Meta { key, index, ty } => {
+                        self.meta_consts
+                            .entry(key.clone())
+                            .or_default()
+                            .entry(*index)
+                            .or_insert_with(|| ty.clone());
                         let _ = write!(s, "meta[{key}][{index}]");
                         s.push_str(&self.comment(e, Some(format!("ty={ty}"))));
                     }
@@ -534,5 +589,85 @@ impl<'m> Printer<'m> {
                 format!("(\n{inner}{pad})")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::metadata::parse_metadata;
+
+    const TEXT: &str = "#[version = \"0.0.5\"]\n\
+        def @main(%x: Tensor[(2), float32]) {\n  \
+        %0 = add(%x, meta[relay.Constant][3] /* ty=Tensor[(2), float32] */);\n  \
+        %1 = multiply(%x, meta[relay.Constant][0] /* ty=Tensor[(2), float32] */);\n  \
+        (%0, %1)\n}\n";
+
+    /// The section printed with `text`.
+    fn section(text: &str) -> Option<MetaTable> {
+        let at = text.find("#[metadata]")?;
+        Some(parse_metadata(&text[at + "#[metadata]".len()..]).unwrap())
+    }
+
+    #[test]
+    fn constants_without_data_print_no_section() {
+        let m = crate::relay::load_text(TEXT);
+        let text = print_module(&m);
+        assert!(!text.contains("#[metadata]"), "{text}");
+        assert!(text.contains("meta[relay.Constant][3] /* ty=Tensor[(2), float32] */"));
+    }
+
+    /// With data for one constant, the section holds every printed index of its key: the data
+    /// at 3, the constant without data at 0 (typed by its comment) and null objects between.
+    #[test]
+    fn data_puts_the_key_in_the_section() {
+        let mut m = crate::relay::load_text(TEXT);
+        let bytes: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        m.meta.data.insert(
+            ("relay.Constant".to_string(), 3),
+            ConstData(bytes.clone().into()),
+        );
+        // Data for a constant nothing prints is not written.
+        m.meta.data.insert(
+            ("relay.Constant".to_string(), 7),
+            ConstData(vec![0; 4].into()),
+        );
+        let text = print_module(&m);
+        let table = section(&text).expect("a section");
+        let f32x2 = TensorType::new(&[2], DType::F32);
+        assert_eq!(
+            table.objects["relay.Constant"],
+            vec![
+                MetaObject::UntypedConstant,
+                MetaObject::Other(String::new()),
+                MetaObject::Other(String::new()),
+                MetaObject::Constant(f32x2),
+            ]
+        );
+        assert_eq!(table.data.len(), 1);
+        assert_eq!(
+            table.data[&("relay.Constant".to_string(), 3)].0.as_ref(),
+            &bytes[..]
+        );
+        let again = crate::relay::load_text(&text);
+        crate::ir::equal::modules_equal(&m, &again).unwrap();
+        crate::ir::equal::constant_data_equal(&m, &again).unwrap();
+        assert_eq!(print_module(&again), text);
+    }
+
+    /// Data that does not fit the constant's type (no parsed module has such) is not written,
+    /// and the key is left out.
+    #[test]
+    fn data_of_the_wrong_size_is_not_written() {
+        let mut m = crate::relay::load_text(TEXT);
+        m.meta.data.insert(
+            ("relay.Constant".to_string(), 3),
+            ConstData(vec![0; 5].into()),
+        );
+        let text = print_module(&m);
+        assert!(!text.contains("#[metadata]"), "{text}");
     }
 }

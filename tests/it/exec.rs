@@ -53,9 +53,9 @@ fn reference_configuration(dir: &Path) {
 
 /// Partitioning preserves meaning, bit for bit: every corpus model, partitioned with the shipped
 /// rules and analytic costs and with the reference configuration and mock costs, gives exactly
-/// the outputs of the original on the reference backend. One run of the original per model
-/// serves both comparisons. The GPU targets' partitions (`Compiler=` functions) and the inline
-/// native operators run on the reference backend.
+/// the outputs of the original on the reference backend (`--backend reference`: the CPU
+/// libraries' partitions too; tests/it/lib_backends.rs runs them on the libraries). One run of
+/// the original per model serves both comparisons.
 #[test]
 fn partitioning_preserves_meaning_on_the_corpus() {
     let dir = tempfile::tempdir().unwrap();

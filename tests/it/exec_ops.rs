@@ -22,7 +22,7 @@ const FAMILIES: &[&str] = &[
     "reduce",
 ];
 
-fn cases() -> Vec<(String, Json)> {
+pub fn cases() -> Vec<(String, Json)> {
     let mut out = Vec::new();
     for f in FAMILIES {
         let path = root().join(format!("tests/fixtures/exec/ops/{f}.json"));
@@ -47,7 +47,7 @@ fn number(v: &Json) -> f64 {
     }
 }
 
-fn tensor(v: &Json) -> Tensor {
+pub fn tensor(v: &Json) -> Tensor {
     let dtype = DType::parse(v["dtype"].as_str().unwrap()).unwrap();
     let shape: Vec<usize> = v["shape"]
         .as_array()
@@ -71,7 +71,7 @@ fn at(t: &Tensor, i: usize) -> f64 {
     t.get_f64(i)
 }
 
-fn check(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) {
+pub fn check(name: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) {
     assert_eq!(got.dtype(), want.dtype(), "{name}: dtype");
     assert_eq!(got.shape(), want.shape(), "{name}: shape");
     for i in 0..want.numel() {

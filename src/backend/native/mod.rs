@@ -260,7 +260,7 @@ impl Native {
         let span = unit_span(unit);
         let gen = emit::generate(&g, self.isa)
             .map_err(|m| Unsupported::op(format!("native code generation failed: {m}"), span))?;
-        let compiler = self.compiler().map_err(|m| Unsupported::op(m, None))?;
+        let compiler = self.compiler().map_err(|m| Unsupported::op(m, span))?;
         let source = format!("{}{}", prelude(self.isa, &gen.features), gen.body);
         let flags = format!("{} {}", compile::FLAGS.join(" "), compile::LIBS.join(" "));
         let key = cache::hash128(&[
@@ -528,13 +528,13 @@ impl Backend for Native {
             Some(Ok(c)) => c,
             Some(Err(e)) => {
                 self.note_fallback();
-                return Err(Unsupported::op(e, None));
+                return Err(Unsupported::op(e, unit_span(unit)));
             }
             None => {
                 self.note_fallback();
                 return Err(Unsupported::op(
                     "internal error: a kernel was not compiled",
-                    None,
+                    unit_span(unit),
                 ));
             }
         };
@@ -710,6 +710,11 @@ unsafe impl Send for PreparedNative {}
 unsafe impl Sync for PreparedNative {}
 
 impl Prepared for PreparedNative {
+    /// Every output is materialized by a loop nest over its whole shape.
+    fn overwrites_outputs(&self) -> bool {
+        true
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -514,8 +514,15 @@ impl<'s> Parser<'s> {
             }
             return Ok(e);
         }
+        // An entry without data or type (how constants without data are written) leaves the
+        // type to the comment.
+        let mut untyped_entry = false;
         let table_ty = match self.m.meta.get(key, index) {
             Some(MetaObject::Constant(tt)) => Some(tt.clone()),
+            Some(MetaObject::UntypedConstant) => {
+                untyped_entry = true;
+                None
+            }
             Some(_) => {
                 let d = Diagnostic::error(
                     E0604,
@@ -566,7 +573,7 @@ impl<'s> Parser<'s> {
             (Some(t), None) => t,
             (None, Some((c, _))) => c.clone(),
             (None, None) => {
-                if !self.m.meta.objects.contains_key(key) && !had_comment {
+                if (untyped_entry || !self.m.meta.objects.contains_key(key)) && !had_comment {
                     let d = Diagnostic::error(E0603, format!("the type of `meta[{key}][{index}]` is unknown"))
                         .with_primary(span, "constant without a type")
                         .with_note("add a comment such as `/* ty=Tensor[(8, 16), float32] */` right after the reference, or the constant to the `#[metadata]` section");

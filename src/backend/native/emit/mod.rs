@@ -151,8 +151,15 @@ fn users(g: &KGraph) -> Vec<Vec<NodeId>> {
     u
 }
 
-/// The epilogue root of anchor `a` (`a` itself when no chain qualifies) and the chain.
-fn epilogue(g: &KGraph, a: NodeId, users: &[Vec<NodeId>], is_out: &[bool]) -> NodeId {
+/// The epilogue root of anchor `a` (`a` itself when no chain qualifies) and the chain's
+/// members other than `a` (the root included): nodes after `a` only, so an operand computed
+/// before the anchor is never taken into its nest, even when it has the anchor's shape.
+fn epilogue(
+    g: &KGraph,
+    a: NodeId,
+    users: &[Vec<NodeId>],
+    is_out: &[bool],
+) -> (NodeId, Vec<NodeId>) {
     let n = g.nodes.len();
     let dims = &g.nodes[a].dims;
     let mut in_s = vec![false; n];
@@ -174,7 +181,7 @@ fn epilogue(g: &KGraph, a: NodeId, users: &[Vec<NodeId>], is_out: &[bool]) -> No
         }
     }
     if s.is_empty() {
-        return a;
+        return (a, Vec::new());
     }
     // Descendants of `a`.
     let mut desc = vec![false; n];
@@ -213,10 +220,10 @@ fn epilogue(g: &KGraph, a: NodeId, users: &[Vec<NodeId>], is_out: &[bool]) -> No
             }
         }
         if ok {
-            return r;
+            return (r, (0..n).filter(|&x| chain[x]).collect());
         }
     }
-    a
+    (a, Vec::new())
 }
 
 fn make_plan(g: &KGraph) -> Plan {
@@ -244,25 +251,14 @@ fn make_plan(g: &KGraph) -> Plan {
         if !g.nodes[a].op.is_anchor() {
             continue;
         }
-        let r = epilogue(g, a, &us, &is_out);
+        let (r, chain) = epilogue(g, a, &us, &is_out);
         root_of[a] = Some(r);
         if r != a {
             // The chain's members are computed inside the anchor's nest.
-            let mut stack = vec![r];
-            let mut seen = vec![false; n];
-            while let Some(x) = stack.pop() {
-                if seen[x] || x == a {
-                    continue;
-                }
-                seen[x] = true;
+            for x in chain {
                 if x != r {
                     fused[x] = true;
                     fused_in[x] = Some(a);
-                }
-                for o in g.nodes[x].op.operands() {
-                    if g.nodes[o].dims == g.nodes[a].dims && (o == a || g.nodes[o].op.is_map()) {
-                        stack.push(o);
-                    }
                 }
             }
             fused[a] = true;

@@ -1,0 +1,356 @@
+//! The CPU backends on the kernels of the reference note's table (docs/backends.md, "Costs on
+//! this machine"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
+//! tail E1 and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
+//! generated code), on one thread and on two.
+//!
+//! Each kernel is one partition as the backends receive it (a `Compiler="dnnl"` function with
+//! one composite, a `Compiler="openblas"` one, or a `Primitive=1` function for the native
+//! backend), compiled and prepared once with its weights as constants of the call site
+//! (oneDNN reorders them then, outside the timing). For oneDNN, `kernel` times the primitive
+//! alone, its source and destination in the layouts it chose; `boundary` times the reorders
+//! between those layouts and the plain row-major tensors at the partition's boundary (only
+//! where there are any). OpenBLAS and generated code work on the plain tensors: their figure is
+//! the whole call.
+//!
+//! Run with `cargo bench --bench libs` (`-- D1` etc. to pick kernels, `-- /dnnl/` a backend,
+//! `-- /1T/` a thread count). On a shared machine, see docs/performance.md for how the figures
+//! there were taken.
+
+use collage::backend::dnnl::{DnnlBackend, Part};
+use collage::backend::native::{Config as NativeConfig, Native};
+use collage::backend::openblas::OpenBlasBackend;
+use collage::backend::{Backend, Prepared, RunCx, Unit};
+use collage::exec::data::Weights;
+use collage::exec::program::MemCounter;
+use collage::exec::tensor::{Shape, Tensor};
+use collage::ir::{DType, Module};
+use collage::source::SourceMap;
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A parameter of a kernel: its name, its shape, and whether it is a weight (a constant of the
+/// call site).
+struct Param {
+    name: &'static str,
+    dims: Vec<usize>,
+    weight: bool,
+}
+
+fn p(name: &'static str, dims: &[usize], weight: bool) -> Param {
+    Param {
+        name,
+        dims: dims.to_vec(),
+        weight,
+    }
+}
+
+/// One kernel of the note: its parameters, its body in terms of the parameters' names, and the
+/// composite each library runs it as (`None`: the library does not run it).
+struct KernelSpec {
+    name: &'static str,
+    params: Vec<Param>,
+    body: String,
+    dnnl: Option<&'static str>,
+    openblas: Option<&'static str>,
+}
+
+fn ty(dims: &[usize]) -> String {
+    let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+    format!("Tensor[({}), float32]", d.join(", "))
+}
+
+/// The tanh GELU of `x` as GPT-2 writes it.
+fn gelu_tanh(x: &str) -> String {
+    format!(
+        "multiply(multiply({x}, 0.5f), add(tanh(multiply(add({x}, multiply(power({x}, 3f), \
+         0.044715f)), 0.797885f)), 1f))"
+    )
+}
+
+fn dense(name: &'static str, m: usize, k: usize, n: usize) -> KernelSpec {
+    KernelSpec {
+        name,
+        params: vec![p("x", &[m, k], false), p("w", &[n, k], true)],
+        body: format!("nn.dense(%x, %w, units={n})"),
+        dnnl: Some("dnnl.dense"),
+        openblas: Some("openblas.dense"),
+    }
+}
+
+fn batch_matmul(name: &'static str, b: usize, m: usize, k: usize, n: usize) -> KernelSpec {
+    KernelSpec {
+        name,
+        params: vec![p("a", &[b, m, k], false), p("b", &[b, n, k], false)],
+        body: "nn.batch_matmul(%a, %b, transpose_a=False, transpose_b=True)".into(),
+        dnnl: Some("dnnl.batch_matmul"),
+        openblas: Some("openblas.batch_matmul"),
+    }
+}
+
+fn conv(name: &'static str, x: &[usize], w: &[usize], attrs: &str) -> KernelSpec {
+    KernelSpec {
+        name,
+        params: vec![p("x", x, false), p("w", w, true)],
+        body: format!("nn.conv2d(%x, %w{attrs})"),
+        dnnl: Some("dnnl.conv2d"),
+        openblas: None,
+    }
+}
+
+fn kernels() -> Vec<KernelSpec> {
+    vec![
+        dense("D1 dense 1600x768-3072", 1600, 768, 3072),
+        KernelSpec {
+            name: "D1 dense+bias+GELU 1600x768-3072",
+            params: vec![
+                p("x", &[1600, 768], false),
+                p("w", &[3072, 768], true),
+                p("bias", &[3072], true),
+            ],
+            body: format!(
+                "%0 = add(nn.dense(%x, %w, units=3072), %bias);\n    {}",
+                gelu_tanh("%0")
+            ),
+            dnnl: Some("dnnl.dense_bias_gelu_tanh"),
+            openblas: None,
+        },
+        dense("D2 dense 1600x3072-768", 1600, 3072, 768),
+        dense("D3 dense 1600x768-768", 1600, 768, 768),
+        dense("D4 dense 1x2048-1000", 1, 2048, 1000),
+        batch_matmul("B1 batch_matmul 600x32x64.(32x64)T", 600, 32, 64, 32),
+        batch_matmul("B2 batch_matmul 600x32x32.(64x32)T", 600, 32, 32, 64),
+        conv(
+            "C1 conv 3x3 64-64 56x56",
+            &[1, 64, 56, 56],
+            &[64, 64, 3, 3],
+            ", padding=[1, 1]",
+        ),
+        KernelSpec {
+            name: "C1 conv+bias+relu 3x3 64-64 56x56",
+            params: vec![
+                p("x", &[1, 64, 56, 56], false),
+                p("w", &[64, 64, 3, 3], true),
+                p("bias", &[64, 1, 1], true),
+            ],
+            body: "nn.relu(add(nn.conv2d(%x, %w, padding=[1, 1]), %bias))".into(),
+            dnnl: Some("dnnl.conv2d_bias_relu"),
+            openblas: None,
+        },
+        conv(
+            "C2 conv 1x1 256-64 56x56",
+            &[1, 256, 56, 56],
+            &[64, 256, 1, 1],
+            "",
+        ),
+        conv(
+            "C3 conv 7x7s2 3-64 224x224",
+            &[1, 3, 224, 224],
+            &[64, 3, 7, 7],
+            ", strides=[2, 2], padding=[3, 3]",
+        ),
+        conv(
+            "C4 depthwise 3x3 32ch 112x112",
+            &[1, 32, 112, 112],
+            &[32, 1, 3, 3],
+            ", padding=[1, 1], groups=32",
+        ),
+        KernelSpec {
+            name: "E1 GELU tail 1600x3072",
+            params: vec![p("x", &[1600, 3072], false)],
+            body: gelu_tanh("%x"),
+            dnnl: Some("dnnl.gelu_tanh"),
+            openblas: None,
+        },
+        KernelSpec {
+            name: "E2 layer norm 1600x768",
+            params: vec![
+                p("x", &[1600, 768], false),
+                p("gamma", &[768], true),
+                p("beta", &[768], true),
+            ],
+            body: "%0 = subtract(%x, mean(%x, axis=[-1], keepdims=True));\n    \
+                   %1 = sqrt(add(mean(power(%0, 2f), axis=[-1], keepdims=True), 1e-05f));\n    \
+                   add(multiply(divide(%0, %1), %gamma), %beta)"
+                .into(),
+            dnnl: Some("dnnl.layer_norm_decomposed"),
+            openblas: None,
+        },
+    ]
+}
+
+/// The kernel as a partition: `Compiler=compiler` with one composite, or (`None`) a
+/// `Primitive=1` function for the native backend.
+fn partition_text(k: &KernelSpec, compiler: Option<(&str, &str)>) -> String {
+    let decl: Vec<String> = k
+        .params
+        .iter()
+        .map(|q| format!("%{}: {}", q.name, ty(&q.dims)))
+        .collect();
+    let decl = decl.join(", ");
+    match compiler {
+        None => format!(
+            "#[version = \"0.0.5\"]\ndef @part({decl}, Primitive=1) {{\n    {}\n}}\n",
+            k.body
+        ),
+        Some((compiler, composite)) => {
+            let uses: Vec<String> = k.params.iter().map(|q| format!("%{}", q.name)).collect();
+            format!(
+                "#[version = \"0.0.5\"]\n\
+                 def @part({decl}, Primitive=1, Compiler=\"{compiler}\", global_symbol=\"part\") {{\n  \
+                 %100 = fn ({decl}, Composite=\"{composite}\") {{\n    {}\n  }};\n  \
+                 %100({})\n}}\n",
+                k.body,
+                uses.join(", ")
+            )
+        }
+    }
+}
+
+fn load(text: &str) -> Module {
+    let mut sources = SourceMap::new();
+    let file = sources.add("kernel.relay", text.to_string());
+    collage::relay::load(&sources, file).unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+}
+
+/// The kernel's inputs (weights: `Some` constants for `prepare`) and its output tensors.
+#[allow(clippy::type_complexity)]
+fn tensors(
+    m: &Module,
+    k: &KernelSpec,
+) -> (Vec<Option<Arc<Tensor>>>, Vec<Arc<Tensor>>, Vec<Tensor>) {
+    let weights = Weights::new(0);
+    let mw = weights.for_module(m);
+    let mut consts = Vec::new();
+    let mut inputs = Vec::new();
+    for q in &k.params {
+        let shape = Shape {
+            dtype: DType::F32,
+            dims: q.dims.clone(),
+        };
+        let t = Arc::new(mw.random_input(q.name, &shape).expect("a random tensor"));
+        if q.weight {
+            consts.push(Some(t));
+        } else {
+            consts.push(None);
+            inputs.push(t);
+        }
+    }
+    let f = m.func(m.def("part").expect("@part"));
+    let out = match m.ty(f.body) {
+        Some(collage::ir::Type::Tensor(t)) => Shape::of(t).expect("a static shape"),
+        other => panic!("the kernel's result is {other:?}"),
+    };
+    (
+        consts,
+        inputs,
+        vec![Tensor::zeros_of(&out).expect("an output")],
+    )
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+fn bench_libs(c: &mut Criterion) {
+    let omp = collage::ffi::omp::Omp::shared().unwrap_or_else(|e| panic!("{e}"));
+    let cache = tempfile::tempdir().expect("a temporary kernel cache");
+    let mem = MemCounter::new(0);
+    for k in kernels() {
+        for threads in [1usize, 2] {
+            let tag = format!("{threads}T");
+            // oneDNN: the primitive in its layouts, and the boundary reorders.
+            if let Some(composite) = k.dnnl {
+                let m = load(&partition_text(&k, Some(("dnnl", composite))));
+                let weights = Weights::new(0);
+                let mw = weights.for_module(&m);
+                let b = DnnlBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
+                let kernel = b
+                    .compile_function(&m, m.def("part").expect("@part"), &mw)
+                    .unwrap_or_else(|u| panic!("{}: {}", k.name, u.message));
+                let (consts, inputs, mut outputs) = tensors(&m, &k);
+                let prepared = kernel.prepare_site(&consts).expect("prepares");
+                // One full run: the primitives' sources hold the inputs from now on.
+                prepared
+                    .run_part(&inputs, &mut outputs, Part::All)
+                    .expect("runs");
+                c.bench_function(&format!("{}/dnnl/{tag}/kernel", k.name), |bn| {
+                    bn.iter(|| {
+                        prepared
+                            .run_part(&inputs, &mut outputs, Part::Compute)
+                            .expect("runs")
+                    })
+                });
+                if prepared.step_counts().1 > 0 {
+                    c.bench_function(&format!("{}/dnnl/{tag}/boundary", k.name), |bn| {
+                        bn.iter(|| {
+                            prepared
+                                .run_part(&inputs, &mut outputs, Part::Boundary)
+                                .expect("runs")
+                        })
+                    });
+                }
+            }
+            // OpenBLAS and generated code: the whole call on plain tensors.
+            let mut others: Vec<(&str, Arc<dyn Backend>, String)> = Vec::new();
+            if let Some(composite) = k.openblas {
+                let b = OpenBlasBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
+                others.push((
+                    "openblas",
+                    Arc::new(b),
+                    partition_text(&k, Some(("openblas", composite))),
+                ));
+            }
+            let native = Native::new(NativeConfig {
+                threads,
+                cache_dir: Some(cache.path().to_path_buf()),
+                ..NativeConfig::default()
+            });
+            others.push(("native", Arc::new(native), partition_text(&k, None)));
+            for (name, b, text) in others {
+                let m = load(&text);
+                let weights = Weights::new(0);
+                let mw = weights.for_module(&m);
+                let unit = Unit::Function {
+                    module: &m,
+                    func: m.def("part").expect("@part"),
+                };
+                let kernel = match b.compile(&unit, &mw) {
+                    Ok(kernel) => kernel,
+                    Err(u) => {
+                        eprintln!("{}: {name} cannot run it: {}", k.name, u.message);
+                        continue;
+                    }
+                };
+                let (consts, inputs, mut outputs) = tensors(&m, &k);
+                let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
+                c.bench_function(&format!("{}/{name}/{tag}/call", k.name), |bn| {
+                    bn.iter(|| {
+                        // The executor sets the calling thread's OpenMP count before a run.
+                        omp.set_num_threads(threads);
+                        prepared
+                            .run(
+                                &inputs,
+                                &mut outputs,
+                                &RunCx {
+                                    mem: &mem,
+                                    buffers: None,
+                                },
+                            )
+                            .expect("runs")
+                    })
+                });
+            }
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_libs
+}
+criterion_main!(benches);

@@ -1,0 +1,614 @@
+//! Native code generation (`src/backend/native/`): generated kernels against NumPy's values
+//! and the reference interpreter, the kernel cache, and the fallback to the interpreter.
+
+use crate::exec_ops::{cases, tensor};
+use crate::support::{cache_dir, collage_in, load_text_ok, root};
+use collage::backend::native::grouping::FuseGrouping;
+use collage::backend::native::{Config, Native};
+use collage::backend::{Backend, Backends, ConstantSource, Unit};
+use collage::exec::data::{ModuleWeights, Weights};
+use collage::exec::executor::{self, Grouping, Options};
+use collage::exec::program::{group_units, Region};
+use collage::exec::tensor::Tensor;
+use collage::ir::{DType, ExprId, Module};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+/// A native backend on `threads` threads caching in the test process's cache directory.
+fn native(threads: usize) -> Arc<Native> {
+    Arc::new(Native::new(Config {
+        threads,
+        cache_dir: Some(cache_dir().to_path_buf()),
+        ..Config::default()
+    }))
+}
+
+/// Executor options that run native units on `n`, grouped as `collage run` groups them.
+fn native_options(n: &Arc<Native>, threads: usize) -> Options {
+    Options {
+        threads,
+        backends: Backends {
+            list: vec![n.clone() as Arc<dyn Backend>],
+        },
+        grouping: Some(Box::new(FuseGrouping::default())),
+    }
+}
+
+/// The tolerance of generated code against exact values: the case's own, widened to what
+/// `-ffast-math` and `float32` intermediates allow (docs/native.md, "Numerics").
+fn widened(dtype: DType, rtol: f64, atol: f64) -> (f64, f64) {
+    if !dtype.is_float() {
+        return (rtol, atol);
+    }
+    let t = if dtype == DType::F32 || dtype == DType::F64 {
+        1e-4
+    } else {
+        5e-2
+    };
+    (rtol.max(t), atol.max(t))
+}
+
+/// The first element where `got` and `want` disagree, described.
+fn mismatch(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Option<String> {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return Some(format!("type {} where {} is expected", got.ty(), want.ty()));
+    }
+    for i in 0..want.numel() {
+        let (g, w) = (got.get_f64(i), want.get_f64(i));
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= atol + rtol * w.abs()
+        };
+        if !ok {
+            return Some(format!(
+                "element {i} is {g}, expected {w} (rtol {rtol}, atol {atol})"
+            ));
+        }
+    }
+    None
+}
+
+/// The constants of several modules, each from its own module's weights.
+struct ByModule<'a>(Vec<(&'a Module, ModuleWeights<'a>)>);
+
+impl ConstantSource for ByModule<'_> {
+    fn constant(&self, m: &Module, e: ExprId) -> Result<Arc<Tensor>, String> {
+        let (_, w) = self
+            .0
+            .iter()
+            .find(|(k, _)| std::ptr::eq(*k, m))
+            .ok_or("a module without weights")?;
+        w.constant(m, e)
+    }
+}
+
+/// Cases whose operators native code generation leaves to the reference interpreter, with
+/// the reason the warning gives (docs/native.md, "What is not compiled").
+const FALLBACKS: &[(&str, &str)] = &[];
+
+/// Every operator case of the reference interpreter (`tests/fixtures/exec/ops/`) compiled
+/// natively, against NumPy's values. All cases' kernels are generated first and compiled
+/// together (a few compiler runs instead of one per case); then each case is compiled and run
+/// as `collage run` does. The cases that fall back are exactly [`FALLBACKS`].
+#[test]
+fn operator_cases_run_as_generated_code() {
+    let cases = cases();
+    let modules: Vec<Module> = cases
+        .iter()
+        .map(|(name, c)| load_text_ok(name, c["model"].as_str().unwrap()))
+        .collect();
+    let weights = Weights::new(0);
+    let n = native(2);
+    let grouping = FuseGrouping::default();
+    let groups: Vec<Vec<collage::backend::Group>> = modules
+        .iter()
+        .map(|m| {
+            let main = m.main().unwrap();
+            group_units(m, &Region::function(m, main), grouping.groups(m, main)).unwrap()
+        })
+        .collect();
+    let mut units = Vec::new();
+    for (m, gs) in modules.iter().zip(&groups) {
+        units.extend(gs.iter().map(|group| Unit::Group { module: m, group }));
+    }
+    let consts = ByModule(modules.iter().map(|m| (m, weights.for_module(m))).collect());
+    n.precompile(&units, &consts);
+    let runs_before = n.stats().compiler_runs;
+    assert!(runs_before <= 8, "{runs_before} compiler runs");
+
+    let mut failures = Vec::new();
+    let mut fallbacks: Vec<(String, String)> = Vec::new();
+    let mut native_kernels = 0;
+    for ((name, c), m) in cases.iter().zip(&modules) {
+        let mw = weights.for_module(m);
+        let x = match executor::compile(m, &mw, &native_options(&n, 2)) {
+            Ok(x) => x,
+            Err(d) => {
+                failures.push(format!("{name}: does not compile: {d:?}"));
+                continue;
+            }
+        };
+        for w in &x.warnings {
+            fallbacks.push((name.clone(), w.message.clone()));
+        }
+        native_kernels += x.kernels().iter().filter(|k| k.backend == "native").count();
+        let inputs: Vec<Arc<Tensor>> = c["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| Arc::new(tensor(i)))
+            .collect();
+        let out = match x.run(&inputs) {
+            Ok(o) => o,
+            Err(d) => {
+                failures.push(format!("{name}: fails: {d:?}"));
+                continue;
+            }
+        };
+        let got = out.value.flatten();
+        let want = c["outputs"].as_array().unwrap();
+        if got.len() != want.len() {
+            failures.push(format!("{name}: {} outputs", got.len()));
+            continue;
+        }
+        let (rtol, atol) = (c["rtol"].as_f64().unwrap(), c["atol"].as_f64().unwrap());
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            let w = tensor(w);
+            let (r, a) = widened(w.dtype(), rtol, atol);
+            if let Some(e) = mismatch(g, &w, r, a) {
+                failures.push(format!("{name} output {k}: {e}"));
+            }
+        }
+    }
+    // Running compiled nothing more: every kernel came from the batch above.
+    assert_eq!(n.stats().compiler_runs, runs_before);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let expected: Vec<(String, String)> = FALLBACKS
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let got_names: Vec<(String, String)> = fallbacks.clone();
+    assert_eq!(got_names, expected, "the cases that fall back changed");
+    assert!(native_kernels > 150, "{native_kernels} native kernels");
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &std::process::Output) -> Json {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(o)
+        )
+    })
+}
+
+/// Every corpus model, partitioned with `--target tvm_cpu` alone (its operators stay inline in
+/// `@main`, grouped by FuseOps when run), runs entirely through generated code and matches the
+/// reference interpreter (`--check-reference`: rtol = atol = 1e-4 for `float32`, 5e-2 for
+/// `float16`); the original model, grouped the same way, gives the same outputs.
+#[test]
+fn corpus_models_run_as_generated_code_and_match_the_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut models: Vec<String> = std::fs::read_dir(root().join("tests/models"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "relay").then(|| p.file_stem().unwrap().to_string_lossy().into())
+        })
+        .collect();
+    models.sort();
+    assert_eq!(models.len(), 13);
+    for name in &models {
+        let model = root().join(format!("tests/models/{name}.relay"));
+        let model = model.to_str().unwrap();
+        let part = format!("{name}-tvm_cpu.relay");
+        let o = collage_in(
+            dir.path(),
+            ["partition", model, "--target", "tvm_cpu", "-o", &part],
+        );
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let o = collage_in(
+            dir.path(),
+            [
+                "run",
+                &part,
+                "--check-reference",
+                "--compare-with",
+                model,
+                "--threads",
+                "2",
+                "--format",
+                "json",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("W2310"), "{name}: {}", stderr(&o));
+        let v = json(&o);
+        let total = v["kernels"]["total"].as_u64().unwrap();
+        assert!(total > 0, "{name}");
+        assert_eq!(
+            v["kernels"]["by_backend"],
+            serde_json::json!({ "native": total }),
+            "{name}"
+        );
+        assert_eq!(v["native"]["fallbacks"], 0, "{name}");
+        let comparisons = v["comparisons"].as_array().unwrap();
+        assert_eq!(comparisons.len(), 2, "{name}");
+        for c in comparisons {
+            assert_eq!(c["within_tolerance"], true, "{name}: {c}");
+        }
+        assert_eq!(comparisons[1]["backend"], "reference", "{name}");
+        for o in comparisons[1]["outputs"].as_array().unwrap() {
+            assert!(
+                o["max_abs_diff"].as_f64().unwrap().is_finite(),
+                "{name}: {o}"
+            );
+        }
+    }
+}
+
+/// `collage run` in `dir` with the cache in `cache` and the environment `env`.
+fn run_with(dir: &Path, cache: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_collage"));
+    cmd.arg("run")
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache)
+        .current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the binary runs")
+}
+
+/// A second run of the same model compiles nothing: every kernel comes from the cache on disk.
+#[test]
+fn a_second_run_finds_every_kernel_in_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let model = root().join("tests/models/mnist.relay");
+    let args = [
+        model.to_str().unwrap(),
+        "--format",
+        "json",
+        "--threads",
+        "2",
+    ];
+    let first = run_with(dir.path(), &cache, &[], &args);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let a = json(&first);
+    let distinct = a["native"]["distinct"].as_u64().unwrap();
+    assert!(distinct >= 5, "{a}");
+    assert_eq!(a["native"]["compiled"].as_u64(), Some(distinct));
+    assert_eq!(a["native"]["cached"], 0);
+    assert!(a["native"]["compiler_runs"].as_u64().unwrap() >= 1);
+    assert!(cache.join("kernels/entries").read_dir().unwrap().count() >= distinct as usize);
+
+    let second = run_with(dir.path(), &cache, &[], &args);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let b = json(&second);
+    assert_eq!(b["native"]["compiled"], 0, "{b}");
+    assert_eq!(b["native"]["compiler_runs"], 0, "{b}");
+    assert_eq!(b["native"]["cached"].as_u64(), Some(distinct));
+    assert_eq!(b["native"]["fallbacks"], 0);
+    assert_eq!(a["outputs"], b["outputs"]);
+
+    // `COLLAGE_CACHE_DIR` names the same directory when `--cache-dir` is not given.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_collage"));
+    let third = cmd
+        .arg("run")
+        .args(args)
+        .env("COLLAGE_CACHE_DIR", &cache)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(third.status.code(), Some(0), "{}", stderr(&third));
+    assert_eq!(json(&third)["native"]["compiled"], 0);
+}
+
+/// A compiler that fails (`CC=false`) or cannot be started makes every unit fall back to the
+/// reference interpreter with W2310 naming the unit and the reason; the run succeeds with the
+/// interpreter's outputs.
+#[test]
+fn a_broken_compiler_falls_back_to_the_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/models/mnist.relay");
+    let model = model.to_str().unwrap();
+    let args = [
+        model,
+        "--format",
+        "json",
+        "--threads",
+        "2",
+        "--check-reference",
+    ];
+    for (cc, reason) in [
+        ("false", "the C compiler `false` failed"),
+        (
+            "/nonexistent/cc",
+            "the C compiler `/nonexistent/cc` cannot be started",
+        ),
+    ] {
+        let cache = dir.path().join(format!("cache-{}", cc.len()));
+        let o = run_with(dir.path(), &cache, &[("CC", cc)], &args);
+        assert_eq!(o.status.code(), Some(0), "{cc}: {}", stderr(&o));
+        let err = stderr(&o);
+        let v = json(&o);
+        let total = v["kernels"]["total"].as_u64().unwrap();
+        assert_eq!(
+            v["kernels"]["by_backend"],
+            serde_json::json!({ "reference": total })
+        );
+        assert_eq!(v["native"]["fallbacks"].as_u64(), Some(total));
+        assert_eq!(err.matches("warning[W2310]").count() as u64, total, "{err}");
+        assert!(
+            err.contains(
+                "backend `native` cannot run a group of 3 operators (nn.conv2d, add, nn.relu): "
+            ),
+            "{err}"
+        );
+        assert!(err.contains(reason), "{cc}: {err}");
+        assert!(
+            err.contains("mnist.relay:"),
+            "the warning points at the unit: {err}"
+        );
+        let c = &v["comparisons"][0];
+        assert_eq!(c["backend"], "reference");
+        assert_eq!(c["outputs"][0]["identical"], true, "{c}");
+    }
+}
+
+/// A unit the generator does not compile (a `Primitive=1` function with an `if`) runs on the
+/// interpreter with W2310 naming it and the reason; the rest of the model is still generated
+/// code.
+#[test]
+fn an_unsupported_unit_falls_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("m.relay"),
+        "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(4, 8), float32], %c: bool) {\n  %0 = fn (%a: Tensor[(4, 8), float32], %b: bool, Primitive=1) {\n    if (%b) { exp(%a) } else { negative(%a) }\n  };\n  %1 = %0(%x, %c);\n  nn.softmax(%1)\n}\n",
+    )
+    .unwrap();
+    let o = run_with(
+        dir.path(),
+        cache_dir(),
+        &[],
+        &["m.relay", "--format", "json", "--check-reference"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.matches("warning[W2310]").count(), 1, "{err}");
+    assert!(
+        err.contains("backend `native` cannot run a function literal: native code generation does not compile `if`; falling back"),
+        "{err}"
+    );
+    assert!(err.contains("m.relay:4:5"), "{err}");
+    let v = json(&o);
+    assert_eq!(
+        v["kernels"]["by_backend"],
+        serde_json::json!({ "native": 1, "reference": 1 })
+    );
+    assert_eq!(v["native"]["fallbacks"], 1);
+    assert_eq!(v["comparisons"][0]["within_tolerance"], true);
+}
+
+mod props {
+    //! Random small graphs of elementwise, broadcasting, injective and reduction operators on
+    //! random shapes: generated code against the reference interpreter (rtol = atol = 1e-4).
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A value of the program being built: its name and shape.
+    #[derive(Clone, Debug)]
+    struct Val {
+        name: String,
+        dims: Vec<usize>,
+    }
+
+    fn ty(dims: &[usize]) -> String {
+        let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+        format!("Tensor[({}), float32]", d.join(", "))
+    }
+
+    fn list(v: &[usize]) -> String {
+        let d: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+        format!("[{}]", d.join(", "))
+    }
+
+    /// The broadcast of two shapes, if they broadcast.
+    fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+        let r = a.len().max(b.len());
+        let mut out = vec![0; r];
+        for (i, o) in out.iter_mut().enumerate() {
+            let x = if i + a.len() >= r {
+                a[i + a.len() - r]
+            } else {
+                1
+            };
+            let y = if i + b.len() >= r {
+                b[i + b.len() - r]
+            } else {
+                1
+            };
+            *o = match (x, y) {
+                _ if x == y => x,
+                (1, _) => y,
+                (_, 1) => x,
+                _ => return None,
+            };
+        }
+        Some(out)
+    }
+
+    /// Builds a program from random choices: parameters broadcastable to `base`, then one step
+    /// per choice, each reading earlier values (choices index into them modulo their count).
+    fn program(base: &[usize], masks: &[(usize, u32)], steps: &[(u8, u32, u32)]) -> String {
+        let mut vals: Vec<Val> = Vec::new();
+        let mut params = Vec::new();
+        for (i, &(drop, mask)) in masks.iter().enumerate() {
+            let keep = base.len() - drop.min(base.len() - 1);
+            let dims: Vec<usize> = base[base.len() - keep..]
+                .iter()
+                .enumerate()
+                .map(|(k, &d)| if mask >> k & 1 == 1 { 1 } else { d })
+                .collect();
+            let name = format!("%p{i}");
+            params.push(format!("{name}: {}", ty(&dims)));
+            vals.push(Val { name, dims });
+        }
+        let mut body = Vec::new();
+        for (k, &(op, a, b)) in steps.iter().enumerate() {
+            let x = vals[a as usize % vals.len()].clone();
+            let y = vals[b as usize % vals.len()].clone();
+            let r = x.dims.len();
+            let (expr, dims) = match op % 12 {
+                0 => {
+                    let f = ["tanh", "sigmoid", "negative", "abs", "nn.relu"][b as usize % 5];
+                    (format!("{f}({})", x.name), x.dims.clone())
+                }
+                1 => (
+                    format!("exp(clip({}, a_min=-4f, a_max=4f))", x.name),
+                    x.dims.clone(),
+                ),
+                2 => (format!("sqrt(abs({}))", x.name), x.dims.clone()),
+                3..=5 => match broadcast(&x.dims, &y.dims) {
+                    Some(d) => {
+                        let f = ["add", "subtract", "multiply", "maximum", "minimum"]
+                            [(a ^ b) as usize % 5];
+                        (format!("{f}({}, {})", x.name, y.name), d)
+                    }
+                    None => (format!("negative({})", x.name), x.dims.clone()),
+                },
+                6 => match broadcast(&x.dims, &y.dims) {
+                    Some(d) => (format!("divide({}, add(abs({}), 1f))", x.name, y.name), d),
+                    None => (format!("abs({})", x.name), x.dims.clone()),
+                },
+                7 => {
+                    // A rotation of the axes.
+                    let s = b as usize % r.max(1);
+                    let perm: Vec<usize> = (0..r).map(|i| (i + s) % r).collect();
+                    let dims = perm.iter().map(|&p| x.dims[p]).collect();
+                    (format!("transpose({}, axes={})", x.name, list(&perm)), dims)
+                }
+                8 => {
+                    let n: usize = x.dims.iter().product();
+                    let dims = if b % 2 == 0 || r == 1 {
+                        vec![n]
+                    } else {
+                        let mut d = x.dims.clone();
+                        d.reverse();
+                        d
+                    };
+                    (
+                        format!("reshape({}, newshape={})", x.name, list(&dims)),
+                        dims,
+                    )
+                }
+                9 => {
+                    let f = ["sum", "mean", "max", "min"][a as usize % 4];
+                    let axis = b as usize % r;
+                    let keep = r == 1 || b % 3 == 0;
+                    let dims: Vec<usize> = if keep {
+                        x.dims
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &d)| if i == axis { 1 } else { d })
+                            .collect()
+                    } else {
+                        x.dims
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| *i != axis)
+                            .map(|(_, &d)| d)
+                            .collect()
+                    };
+                    let kd = if keep { "True" } else { "False" };
+                    (
+                        format!("{f}({}, axis=[{axis}], keepdims={kd})", x.name),
+                        dims,
+                    )
+                }
+                10 => (format!("nn.softmax({}, axis=-1)", x.name), x.dims.clone()),
+                _ => {
+                    if x.dims == y.dims {
+                        let axis = b as usize % r;
+                        let mut dims = x.dims.clone();
+                        dims[axis] *= 2;
+                        (
+                            format!("concatenate(({}, {}), axis={axis})", x.name, y.name),
+                            dims,
+                        )
+                    } else {
+                        (format!("expand_dims({}, axis=0)", x.name), {
+                            let mut d = vec![1];
+                            d.extend(&x.dims);
+                            d
+                        })
+                    }
+                }
+            };
+            let name = format!("%{k}");
+            body.push(format!("  {name} = {expr};"));
+            vals.push(Val { name, dims });
+        }
+        // The last two values are the outputs.
+        let outs: Vec<String> = vals.iter().rev().take(2).map(|v| v.name.clone()).collect();
+        format!(
+            "#[version = \"0.0.5\"]\ndef @main({}) {{\n{}\n  ({})\n}}\n",
+            params.join(", "),
+            body.join("\n"),
+            outs.join(", ")
+        )
+    }
+
+    fn cases() -> impl Strategy<Value = String> {
+        (
+            prop::collection::vec(1usize..=5, 1..=3),
+            prop::collection::vec((0usize..3, any::<u32>()), 1..=3),
+            prop::collection::vec((any::<u8>(), any::<u32>(), any::<u32>()), 2..=7),
+        )
+            .prop_map(|(base, masks, steps)| program(&base, &masks, &steps))
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 24,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn random_graphs_match_the_interpreter(text in cases()) {
+            let m = load_text_ok("prop.relay", &text);
+            let w = Weights::new(7);
+            let mw = w.for_module(&m);
+            let n = native(2);
+            let x = executor::compile(&m, &mw, &native_options(&n, 2)).unwrap();
+            prop_assert!(x.warnings.is_empty(), "{text}\n{:?}", x.warnings);
+            let r = executor::compile(&m, &mw, &Options { threads: 1, ..Options::default() }).unwrap();
+            let inputs: Vec<Arc<Tensor>> = x
+                .inputs
+                .iter()
+                .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+                .collect();
+            let got = x.run(&inputs).unwrap();
+            let want = r.run(&inputs).unwrap();
+            let (g, w) = (got.value.flatten(), want.value.flatten());
+            prop_assert_eq!(g.len(), w.len());
+            for (a, b) in g.iter().zip(&w) {
+                let e = mismatch(a, b, 1e-4, 1e-4);
+                prop_assert!(e.is_none(), "{}\n{}", text, e.unwrap_or_default());
+            }
+        }
+    }
+}

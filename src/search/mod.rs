@@ -6,11 +6,14 @@
 //! path from the empty set to the full set is the cheapest partitioning.
 //!
 //! The search is A* with an admissible and consistent lower bound: every node is charged the
-//! smallest share `cost(c) / |c|` over the candidates `c` containing it, and the bound of a state
-//! is the sum over its uncovered nodes. A cover pays `Σ cost(c) = Σ_c Σ_{v∈c} cost(c)/|c|`, which
-//! is at least the bound, and one edge lowers the bound by at most its own cost, so the first
-//! time the full set is popped its cost is optimal. With [`Options::lower_bound`] off it is
-//! plain Dijkstra. Either way:
+//! smallest share `⌊cost(c) / |c|⌋` over the candidates `c` containing it, and the bound of a
+//! state is the sum over its uncovered nodes. A cover pays `Σ cost(c) ≥ Σ_c Σ_{v∈c} ⌊cost(c)/|c|⌋`,
+//! which is at least the bound, and one edge lowers the bound by at most its own cost, so the
+//! first time the full set is popped its cost is optimal. With [`Options::lower_bound`] off it
+//! is plain Dijkstra. Either way:
+//! * costs are added exactly, as integers ([`units`]), so the total of a cover does not depend
+//!   on the order of its candidates, and a search among fewer candidates (a baseline) can never
+//!   come out below the full search by a rounding;
 //! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's Q9);
 //! * ties are broken deterministically: by cost, then by the order in which states were first
 //!   reached, and a state's best path changes only on a strictly cheaper one, so among equal
@@ -23,9 +26,11 @@
 //!   exact among the covers it allows only when no state's best path rules out an extension
 //!   that another, equally covering path would allow; without constrained items it is exact.
 
-use crate::cost::add_seconds;
+mod units;
+
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use units::Units;
 
 /// Search options.
 #[derive(Clone, Copy, Debug)]
@@ -138,8 +143,9 @@ struct State {
     covered: Box<[u64]>,
     /// Lowest uncovered node (== n when everything is covered).
     next: usize,
-    cost: f64,
-    bound: f64,
+    /// Cost so far and lower bound of the rest, in [`Units`].
+    cost: u128,
+    bound: u128,
     pred: u32,
     via: u32,
     /// Constrained items on the best path.
@@ -149,16 +155,13 @@ struct State {
 
 /// Heap entry: smallest (cost + bound), then the earliest-reached state.
 #[derive(PartialEq)]
-struct Entry(f64, u32);
+struct Entry(u128, u32);
 
 impl Eq for Entry {}
 
 impl Ord for Entry {
     fn cmp(&self, other: &Entry) -> Ordering {
-        other
-            .0
-            .total_cmp(&self.0)
-            .then_with(|| other.1.cmp(&self.1))
+        other.0.cmp(&self.0).then_with(|| other.1.cmp(&self.1))
     }
 }
 
@@ -185,28 +188,39 @@ pub fn search_among(
 ) -> Result<Solution, SearchError> {
     let usable_item = |it: &Item| it.cost.is_finite() && it.cost >= 0.0 && !it.nodes.is_empty();
     let allowed: Vec<bool> = (0..items.len()).map(allowed).collect();
+    let usable = |k: usize| allowed[k] && usable_item(&items[k]);
+    let max_cost = (0..items.len())
+        .filter(|&k| usable(k))
+        .map(|k| items[k].cost)
+        .fold(0.0, f64::max);
+    let units = Units::new(max_cost, n);
+    let cost_units: Vec<u128> = items
+        .iter()
+        .enumerate()
+        .map(|(k, it)| if usable(k) { units.of(it.cost) } else { 0 })
+        .collect();
     // Buckets by first node, in item order.
     let mut bucket: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut share = vec![f64::INFINITY; n];
-    let usable = |k: usize| allowed[k] && usable_item(&items[k]);
+    let mut share: Vec<Option<u128>> = vec![None; n];
     for (k, it) in items.iter().enumerate() {
         if !usable(k) || it.nodes.iter().any(|&i| i >= n) {
             continue;
         }
         bucket[it.nodes[0]].push(k as u32);
-        let s = it.cost / it.nodes.len() as f64;
+        let s = cost_units[k] / it.nodes.len() as u128;
         for &i in &it.nodes {
-            if s < share[i] {
-                share[i] = s;
+            if share[i].is_none_or(|old| s < old) {
+                share[i] = Some(s);
             }
         }
     }
-    if let Some(node) = (0..n).find(|&i| share[i].is_infinite()) {
+    if let Some(node) = (0..n).find(|&i| share[i].is_none()) {
         return Err(SearchError::Uncovered { node });
     }
-    if !opts.lower_bound {
-        share.iter_mut().for_each(|s| *s = 0.0);
-    }
+    let share: Vec<u128> = share
+        .into_iter()
+        .map(|s| if opts.lower_bound { s.unwrap_or(0) } else { 0 })
+        .collect();
     let masks: Vec<Option<Mask>> = items
         .iter()
         .enumerate()
@@ -217,12 +231,12 @@ pub fn search_among(
     let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
     let mut heap = BinaryHeap::new();
     let start: Box<[u64]> = vec![0u64].into_boxed_slice();
-    let bound0: f64 = share.iter().fold(0.0, |a, &b| add_seconds(a, b));
+    let bound0: u128 = share.iter().sum();
     index.insert(start.clone(), 0);
     states.push(State {
         covered: start,
         next: 0,
-        cost: 0.0,
+        cost: 0,
         bound: bound0,
         pred: NONE,
         via: NONE,
@@ -236,7 +250,7 @@ pub fn search_among(
     let mut keybuf: Vec<u64> = Vec::new();
     while let Some(Entry(key, s)) = heap.pop() {
         let st = &states[s as usize];
-        if st.done || key != add_seconds(st.cost, st.bound) {
+        if st.done || key != st.cost + st.bound {
             continue;
         }
         states[s as usize].done = true;
@@ -245,7 +259,7 @@ pub fn search_among(
         let next = st.next;
         furthest = furthest.max(next);
         if next == n {
-            let total = st.cost;
+            let total = units.seconds(st.cost);
             let mut chosen = Vec::new();
             let mut at = s;
             while states[at as usize].pred != NONE {
@@ -293,7 +307,7 @@ pub fn search_among(
                 keybuf.pop();
             }
             let item = &items[k as usize];
-            let cost = add_seconds(base_cost, item.cost);
+            let cost = base_cost + cost_units[k as usize];
             let existing = index.get(keybuf.as_slice()).copied();
             if let Some(t) = existing {
                 let ts = &states[t as usize];
@@ -326,18 +340,11 @@ pub fn search_among(
                     ts.pred = s;
                     ts.via = k;
                     ts.constrained = path_constrained;
-                    heap.push(Entry(add_seconds(cost, ts.bound), t));
+                    heap.push(Entry(cost + ts.bound, t));
                 }
                 None => {
-                    let mut bound = base_bound;
-                    for &i in &item.nodes {
-                        bound -= share[i];
-                    }
-                    let bound = if opts.lower_bound {
-                        bound.max(0.0)
-                    } else {
-                        0.0
-                    };
+                    // Exact: the item's nodes were uncovered, so their shares are in the bound.
+                    let bound = base_bound - item.nodes.iter().map(|&i| share[i]).sum::<u128>();
                     let t = states.len() as u32;
                     let covered: Box<[u64]> = keybuf.clone().into_boxed_slice();
                     index.insert(covered.clone(), t);
@@ -351,7 +358,7 @@ pub fn search_among(
                         constrained: path_constrained,
                         done: false,
                     });
-                    heap.push(Entry(add_seconds(cost, bound), t));
+                    heap.push(Entry(cost + bound, t));
                 }
             }
         }

@@ -46,7 +46,7 @@ fn reference_configuration(dir: &Path) {
     .unwrap();
     std::fs::write(
         dir.join("mock.json"),
-        r#"{"targets": {"tvm": 1.0, "example": 0.9}}"#,
+        r#"{"targets": {"tvm": 3.0, "example": 2.0}}"#,
     )
     .unwrap();
 }
@@ -126,9 +126,10 @@ fn partitioning_preserves_meaning_on_the_corpus() {
         }
     }
     // The comparison is not vacuous: most of the 26 partitioned models call outlined functions
-    // (17 when this was written; the others keep every operator inline on native targets).
+    // (23 when this was written: 11 with the shipped rules, and with the reference rules every
+    // model but batch_norm_extract; the others keep every operator inline on native targets).
     assert!(
-        with_functions >= 13,
+        with_functions >= 20,
         "only {with_functions} partitioned models call functions"
     );
 }

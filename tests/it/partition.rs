@@ -29,16 +29,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 // ---------------------------------------------------------------------------------------------
 // Search optimality against brute force
 
-/// The cheapest exact cover by brute force over all subsets of usable items.
+/// A cost as an exact integer number of 2^-80 seconds (the costs here are at most 2^20 and have
+/// no bits below 2^-80, so the conversion and every sum are exact).
+fn exact(c: f64) -> i128 {
+    let scaled = c * 2f64.powi(80);
+    assert_eq!(scaled.fract(), 0.0, "{c} has bits below 2^-80");
+    scaled as i128
+}
+
+/// The cheapest exact cover by brute force over all subsets of usable items, summed exactly and
+/// rounded once to the nearest f64.
 fn brute_force(n: usize, items: &[Item]) -> Option<f64> {
     let usable: Vec<usize> = (0..items.len())
         .filter(|&k| items[k].cost.is_finite() && !items[k].nodes.is_empty())
         .collect();
-    let mut best: Option<f64> = None;
+    let mut best: Option<i128> = None;
     for mask in 0u32..(1 << usable.len()) {
         let mut covered = vec![false; n];
         let mut ok = true;
-        let mut cost = 0.0;
+        let mut cost = 0i128;
         for (b, &k) in usable.iter().enumerate() {
             if mask >> b & 1 == 0 {
                 continue;
@@ -49,21 +58,22 @@ fn brute_force(n: usize, items: &[Item]) -> Option<f64> {
                 }
                 covered[i] = true;
             }
-            cost += items[k].cost;
+            cost += exact(items[k].cost);
         }
         if ok && covered.iter().all(|&c| c) && best.is_none_or(|b| cost < b) {
             best = Some(cost);
         }
     }
-    best
+    best.map(|b| b as f64 * 2f64.powi(-80))
 }
 
-fn items_strategy() -> impl Strategy<Value = (usize, Vec<Item>)> {
-    (1usize..9).prop_flat_map(|n| {
+/// Random items over `n` nodes; costs from `cost` or invalid or unknown.
+fn random_items(cost: BoxedStrategy<f64>) -> impl Strategy<Value = (usize, Vec<Item>)> {
+    (1usize..9).prop_flat_map(move |n| {
         let item = (
             proptest::collection::btree_set(0..n, 1..=n.min(4)),
             prop_oneof![
-                8 => (0u32..20).prop_map(f64::from),
+                8 => cost.clone(),
                 1 => Just(f64::INFINITY),
                 1 => Just(f64::NAN),
             ],
@@ -76,34 +86,56 @@ fn items_strategy() -> impl Strategy<Value = (usize, Vec<Item>)> {
     })
 }
 
+/// The search's result against brute force: the same optimum, an exact cover of usable items
+/// whose exact sum is that optimum.
+fn check_against_brute_force(n: usize, items: &[Item]) -> Result<(), TestCaseError> {
+    let expected = brute_force(n, items);
+    for lower_bound in [true, false] {
+        let got = search(n, items, Options { lower_bound });
+        match (expected, got) {
+            (None, Err(_)) => {}
+            (Some(best), Ok(sol)) => {
+                prop_assert_eq!(sol.total, best);
+                let mut covered = vec![0; n];
+                let mut sum = 0i128;
+                for &k in &sol.chosen {
+                    prop_assert!(items[k].cost.is_finite());
+                    sum += exact(items[k].cost);
+                    for &i in &items[k].nodes {
+                        covered[i] += 1;
+                    }
+                }
+                prop_assert!(covered.iter().all(|&c| c == 1), "not an exact cover");
+                prop_assert_eq!(sum as f64 * 2f64.powi(-80), sol.total);
+            }
+            (e, g) => prop_assert!(false, "brute force {:?}, search {:?}", e, g),
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn search_finds_the_brute_force_optimum((n, items) in items_strategy()) {
-        let expected = brute_force(n, &items);
-        for lower_bound in [true, false] {
-            let got = search(n, &items, Options { lower_bound });
-            match (expected, got) {
-                (None, Err(_)) => {}
-                (Some(best), Ok(sol)) => {
-                    // Integer costs: sums are exact.
-                    prop_assert_eq!(sol.total, best);
-                    let mut covered = vec![0; n];
-                    let mut sum = 0.0;
-                    for &k in &sol.chosen {
-                        prop_assert!(items[k].cost.is_finite());
-                        sum += items[k].cost;
-                        for &i in &items[k].nodes {
-                            covered[i] += 1;
-                        }
-                    }
-                    prop_assert!(covered.iter().all(|&c| c == 1), "not an exact cover");
-                    prop_assert_eq!(sum, sol.total);
-                }
-                (e, g) => prop_assert!(false, "brute force {:?}, search {:?}", e, g),
-            }
-        }
+    fn search_finds_the_brute_force_optimum((n, items) in random_items(
+        (0u32..20).prop_map(f64::from).boxed()
+    )) {
+        check_against_brute_force(n, &items)?;
+    }
+
+    /// Costs with fractions, where floating-point sums depend on their order (0.1 + 0.2 +
+    /// 0.3 differs from 0.3 + 0.2 + 0.1): the search adds exactly, so its optimum is the exact
+    /// one, and equal covers tie.
+    #[test]
+    fn search_is_exact_with_fractional_costs((n, items) in random_items(
+        prop_oneof![
+            (0u32..200).prop_map(|k| f64::from(k) / 10.0),
+            (1u32..1000).prop_map(|k| 1.0 / f64::from(k)),
+        ]
+        .boxed()
+    )) {
+        check_against_brute_force(n, &items)?;
     }
 }
 
@@ -396,21 +428,19 @@ fn never_worse_than_greedy_for_each_byoc_target() {
                 baseline(&format!("greedy:{t}")).unwrap_or_else(|| panic!("{name}: no greedy:{t}"));
             let native = baseline("tvm").unwrap_or_else(|| panic!("{name}: no native baseline"));
             let restricted = baseline(t).unwrap_or_else(|| panic!("{name}: no {t} baseline"));
-            let slack = 1e-9 * greedy.max(native);
-            // The restricted baseline searches the target's candidates, its greedy regions
-            // included, exactly (without slack: the same sums).
+            // The search adds costs exactly, so these hold without slack.
             assert!(
                 restricted <= greedy,
                 "{name}: {t} {restricted} > greedy:{t} {greedy}"
             );
             assert_within_limits(&g, &program, &plan, &partition::Options::default().limits);
             assert!(
-                plan.total <= greedy + slack,
+                plan.total <= greedy,
                 "{name} with {t}: {} > greedy {greedy}",
                 plan.total
             );
             assert!(
-                plan.total <= native + slack,
+                plan.total <= native,
                 "{name} with {t}: {} > native {native}",
                 plan.total
             );
@@ -451,7 +481,10 @@ fn identical_layers_share_their_estimates() {
 /// The count per corpus model is pinned, for the reference configuration (mock costs `tvm` 1,
 /// `example` 0.9, as `docs/performance.md` measures it) and for mock costs as TVM's integer
 /// `MockCostEstimator` takes them with the BYOC target cheaper (`tvm` 3, `example` 2), where TVM
-/// itself outlines 17 functions for resnet50 and 11 for resnext50.
+/// itself outlines 17 functions for resnet50 and 11 for resnext50. With `tvm` 1 and `example`
+/// 0.9 many covers tie in decimal (a two-operator native group, 1 + 0.9, against one operator
+/// on each target, 0.9 + 1) but not in binary: the group's cost is one rounded sum, the other
+/// cover the exact sum of two rounded costs, 1.1e-16 dearer, and the search compares exactly.
 #[test]
 fn identical_partitions_share_one_global_function() {
     let program = crate::support::reference_rules();
@@ -528,7 +561,7 @@ fn pruning_is_never_better_than_the_exact_search() {
         };
         let (exact, pruned) = (run(false), run(true));
         assert!(
-            pruned.total >= exact.total * (1.0 - 1e-12),
+            pruned.total >= exact.total,
             "{name}: pruned {} < exact {}",
             pruned.total,
             exact.total

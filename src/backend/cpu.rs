@@ -24,8 +24,8 @@ fn library_of(compiler: &str) -> Option<&'static str> {
     }
 }
 
-/// Loads the backend for a library compiler.
-fn load(compiler: &str, threads: usize) -> Option<Result<Arc<dyn Backend>, LoadError>> {
+/// Loads the backend for a library compiler (`None`: not a CPU library).
+pub fn load(compiler: &str, threads: usize) -> Option<Result<Arc<dyn Backend>, LoadError>> {
     Some(match compiler {
         super::dnnl::NAME => DnnlBackend::new(threads).map(|b| Arc::new(b) as Arc<dyn Backend>),
         super::openblas::NAME => {

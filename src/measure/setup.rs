@@ -51,7 +51,8 @@ pub fn load(
             compiler: None,
             timeout: compile::DEFAULT_TIMEOUT,
         })))),
-        Some(_) => None,
+        // The CPU libraries, loaded at run time.
+        Some(c) => crate::backend::cpu::load(c, threads).map(|r| r.map_err(|e| e.to_string())),
     }
 }
 
@@ -205,5 +206,19 @@ mod tests {
         let gpu = setup.availability(target("cutlass")).unwrap_err();
         assert!(gpu.contains("not on this machine's CPU"), "{gpu}");
         assert!(setup.availability(target("tvm")).is_err());
+    }
+
+    #[test]
+    fn the_cpu_libraries_run_their_targets() {
+        // The test command installs both libraries (docs/backends.md).
+        let program = crate::library::program().unwrap();
+        let setup = Setup::new(&program.targets, 1, None);
+        let target = |n: &str| program.targets.iter().find(|t| t.name == n).unwrap();
+        let dnnl = setup.availability(target("dnnl")).unwrap();
+        assert!(dnnl.starts_with("dnnl "), "{dnnl}");
+        let blas = setup.availability(target("openblas")).unwrap();
+        assert!(blas.starts_with("openblas "), "{blas}");
+        assert_eq!(setup.names(), ["native", "dnnl", "openblas"]);
+        assert_eq!(setup.backends_for(Some("dnnl")).len(), 1);
     }
 }

@@ -457,17 +457,20 @@ impl ConstantSource for ModuleWeights<'_> {
                 }
                 let role = self.constant_role(key, *index);
                 let ck = (key.clone(), *index, shape.clone(), format!("{role:?}"));
-                let mut cache = self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(t) = cache.get(&ck) {
+                let lock = || self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(t) = lock().get(&ck) {
                     return Ok(t.clone());
                 }
+                // Drawn without the lock: the draw runs on the thread pool, whose threads may
+                // meanwhile take other jobs that ask for constants (holding the lock here
+                // deadlocked them). Two threads may draw the same tensor; the first one kept
+                // wins, and both are equal.
                 let t = Arc::new(random_tensor(
                     &shape,
                     stream(self.store.seed, key, *index as u64, &shape),
                     role,
                 )?);
-                cache.insert(ck, t.clone());
-                Ok(t)
+                Ok(lock().entry(ck).or_insert(t).clone())
             }
         }
     }
@@ -523,5 +526,56 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %i: Tensor[(5), int64]) {
         );
         let p = random_tensor(&f, 1, Role::Positive).unwrap();
         assert!(p.as_slice::<f32>().iter().all(|&v| (0.5..1.5).contains(&v)));
+    }
+
+    #[test]
+    fn constants_drawn_on_a_busy_pool_do_not_deadlock() {
+        // Threads of one pool ask for large constants at once: drawing one runs on the pool,
+        // whose threads then take other requests for constants while they wait. With the
+        // store's lock held during the draw this deadlocked.
+        let mut text = String::from(
+            "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1024, 1024), float32]) {\n",
+        );
+        for i in 0..8 {
+            text.push_str(&format!(
+                "  %{i} = add(%x, meta[relay.Constant][{i}] /* ty=Tensor[(1024, 1024), float32] */);\n"
+            ));
+        }
+        text.push_str("  (%0, %1, %2, %3, %4, %5, %6, %7)\n}\n");
+        let m = crate::relay::load_text(&text);
+        let consts: Vec<ExprId> = (0..m.exprs.len())
+            .map(|i| ExprId(i as u32))
+            .filter(|&e| matches!(m.expr(e), Expr::Const(_)))
+            .collect();
+        assert_eq!(consts.len(), 8);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            for round in 0..4u64 {
+                let w = Weights::new(round);
+                let mw = w.for_module(&m);
+                std::thread::scope(|s| {
+                    for k in 0..8 {
+                        let (pool, mw, m, consts) = (&pool, &mw, &m, &consts);
+                        s.spawn(move || {
+                            for j in 0..consts.len() {
+                                let e = consts[(j + 2 * k) % consts.len()];
+                                pool.install(|| mw.constant(m, e).unwrap());
+                            }
+                        });
+                    }
+                });
+                // Every request for one constant got the same tensor.
+                let a = mw.constant(&m, consts[0]).unwrap();
+                assert!(Arc::ptr_eq(&a, &mw.constant(&m, consts[0]).unwrap()));
+            }
+            done.send(()).unwrap();
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("drawing constants on a busy pool deadlocked");
     }
 }

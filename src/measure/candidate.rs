@@ -26,10 +26,29 @@ pub fn module_for(
     c: &Candidate,
 ) -> Result<Module, String> {
     let t = &program.targets[c.target];
-    let mut sg = c.sub_graph.clone();
-    if t.compiler.is_none() && sg.nested.is_empty() {
-        sg.nested = vec![(c.sub_graph.clone(), native_attrs())];
+    let inner = if t.compiler.is_none() && c.sub_graph.nested.is_empty() {
+        vec![(c.sub_graph.clone(), native_attrs())]
+    } else {
+        c.sub_graph.nested.clone()
+    };
+    // The constants the candidate reads stay constants of `@main`, handed to its function as
+    // arguments, as in the partitioned model: a backend prepares them once (native code packs
+    // its weights), where as parameters they would be packed on every call (a 3x3 convolution
+    // of 512 channels measured 2.6 ms instead of the 1.3 ms it takes in the whole model).
+    let mut inside = c.sub_graph.inside.clone();
+    for j in c.sub_graph.input.iter() {
+        if g.expr(j)
+            .is_some_and(|e| matches!(g.module.expr(e), Expr::Const(_)))
+        {
+            inside.insert(j);
+        }
     }
+    let mut sg = if inside == c.sub_graph.inside {
+        c.sub_graph.clone()
+    } else {
+        crate::enumerate::SubGraph::new(g, inside)
+    };
+    sg.nested = inner;
     let m = extract::extract(g, &sg, Vec::new())
         .map_err(|e| format!("the candidate cannot be extracted: {e}"))?;
     expand_tuple_params(m)
@@ -282,5 +301,30 @@ mod tests {
             })
             .collect();
         assert!(x.run(&ins).is_ok());
+    }
+
+    #[test]
+    fn the_weights_of_a_native_candidate_stay_constants() {
+        let m = crate::relay::load_text(
+            "#[version = \"0.0.5\"]\n\
+             def @main(%x: Tensor[(1, 4, 6, 6), float32]) {\n  \
+             %0 = nn.conv2d(%x, meta[relay.Constant][0] /* ty=Tensor[(4, 4, 3, 3), float32] */, padding=[1, 1, 1, 1]);\n  \
+             nn.relu(%0)\n}\n",
+        );
+        let g = DataflowGraph::new(&m, m.main().unwrap());
+        let p = program();
+        let conv: Vec<usize> = (0..g.len())
+            .filter(|&i| g.label[i] == "nn.conv2d")
+            .collect();
+        let c = candidate(&g, target(&p, "tvm_cpu"), &conv);
+        // The weight is an input of the candidate ...
+        assert_eq!(c.sub_graph.input.iter().count(), 2);
+        let out = module_for(&g, &p, &c).unwrap();
+        let text = crate::relay::print::print_module(&out);
+        // ... but only `%x` is a parameter of `@main`: the weight is passed as a constant.
+        let main = out.func(out.main().unwrap());
+        assert_eq!(main.params.len(), 1, "{text}");
+        assert!(text.contains("meta[relay.Constant]"), "{text}");
+        assert!(text.contains("Primitive=1"), "{text}");
     }
 }

@@ -296,6 +296,10 @@ enum Command {
         /// Write the comparison as an SVG bar chart here.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// Also print, for each placement that ran, every partition's estimated cost beside
+        /// the time its kernel took inside the whole model.
+        #[arg(long)]
+        profile: bool,
         #[command(flatten)]
         measure: MeasureFlags,
     },
@@ -656,6 +660,7 @@ fn run(cli: Cli) -> Outcome {
             atol,
             format,
             plot,
+            profile,
             measure,
         } => {
             if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
@@ -676,6 +681,7 @@ fn run(cli: Cli) -> Outcome {
                     FormatArg::Json => driver::partition::Format::Json,
                 },
                 plot,
+                profile,
                 rtol,
                 atol,
                 progress: measure.progress,

@@ -57,6 +57,8 @@ pub struct Request {
     pub format: Format,
     /// Where to write the SVG chart.
     pub plot: Option<PathBuf>,
+    /// Print each placement's partitions with their estimates and times inside the model.
+    pub profile: bool,
     /// Relative tolerance of the output check (default per dtype).
     pub rtol: Option<f64>,
     /// Absolute tolerance of the output check (default per dtype).
@@ -91,11 +93,32 @@ pub enum Status {
         fallbacks: usize,
         /// Per output: the difference from the reference interpreter, and the tolerances.
         diffs: Vec<(compare::Diff, f64, f64)>,
+        /// Each partition's estimate beside its kernel's time inside the model.
+        profile: Vec<PartTime>,
     },
     /// The same partitions as an earlier placement (by name): its results stand.
     Same(String),
     /// It cannot run here.
     Skipped(String),
+}
+
+/// A partition of a placement: its estimated cost beside the time its kernel took inside the
+/// whole model, over the runs of the end-to-end timing.
+#[derive(Clone, Debug)]
+pub struct PartTime {
+    /// The partition's name.
+    pub name: String,
+    /// Its target.
+    pub target: String,
+    /// Its operators.
+    pub operators: String,
+    /// Its estimated cost (seconds, penalty included): the sum of its candidates' costs.
+    pub estimated: f64,
+    /// The candidates it is made of (several when adjacent chosen candidates of one target
+    /// were coalesced into one partition, which then runs as one kernel).
+    pub candidates: usize,
+    /// Its kernel's mean wall time per run of the model (seconds; `None`: no kernel found).
+    pub measured: Option<f64>,
 }
 
 /// One placement's row.
@@ -473,6 +496,20 @@ fn run_placement(
 ) -> Result<Status, String> {
     let m = execution_module(g, program, parts)
         .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
+    // Which partition each call belongs to: a partition's call carries the span of one of its
+    // nodes (its last exit).
+    let mut part_of: BTreeMap<(u32, u32, u32), usize> = BTreeMap::new();
+    for (k, p) in parts.iter().enumerate() {
+        if program.targets[p.target].is_host {
+            continue;
+        }
+        for i in p.sub_graph.inside.iter() {
+            if let Some(e) = g.expr(i) {
+                let sp = g.module.span(e);
+                part_of.entry((sp.file.0, sp.start, sp.end)).or_insert(k);
+            }
+        }
+    }
     let x: Executable = setup.compile(&m, &weights.for_module(&m)).map_err(|d| {
         d.iter()
             .next()
@@ -508,19 +545,55 @@ fn run_placement(
     }
     drop(got);
     let _guard = lock.and_then(|p| crate::measure::db::lock(p).ok());
+    // The kernels' times are taken from the third run on (after the first call and one
+    // warm-up call), so the profile is of warm runs as the latency is.
+    let mut before = x.kernel_times();
+    let mut runs = 0u32;
     let timing = x
         .in_pool(|| {
             let clock = protocol::Monotonic::new();
             protocol::measure(&clock, settings, &mut || {
-                x.run(inputs).map(|_| ()).map_err(|d| d.message)
+                runs += 1;
+                if runs == 3 {
+                    before = x.kernel_times();
+                }
+                // The result's storage serves the next run, as `collage run --repeat` does.
+                x.run(inputs)
+                    .map(|o| x.recycle(o.value))
+                    .map_err(|d| d.message)
             })
         })
         .map_err(|e| format!("it failed: {e}"))?;
+    let after = x.kernel_times();
+    // Mean kernel time per run, by partition.
+    let mut per_part: Vec<Option<(u64, f64)>> = vec![None; parts.len()];
+    for ((rec, b), a) in x.kernels().iter().zip(&before).zip(&after) {
+        let sp = rec.span;
+        if let Some(&k) = part_of.get(&(sp.file.0, sp.start, sp.end)) {
+            let slot = per_part[k].get_or_insert((0, 0.0));
+            slot.0 = slot.0.max(a.0 - b.0);
+            slot.1 += (a.1 - b.1).as_secs_f64();
+        }
+    }
+    let profile = parts
+        .iter()
+        .zip(per_part)
+        .filter(|(p, _)| !program.targets[p.target].is_host)
+        .map(|(p, t)| PartTime {
+            name: p.name.clone(),
+            target: program.targets[p.target].name.clone(),
+            operators: p.sub_graph.label.clone(),
+            estimated: p.cost,
+            candidates: p.parts.len(),
+            measured: t.filter(|t| t.0 > 0).map(|(n, secs)| secs / n as f64),
+        })
+        .collect();
     Ok(Status::Ran {
         timing,
         kernels,
         fallbacks,
         diffs,
+        profile,
     })
 }
 
@@ -733,7 +806,63 @@ impl Report<'_> {
             }
         }
         let _ = writeln!(s, "elapsed    {:.1} s", self.elapsed_ms / 1e3);
+        if self.req.profile {
+            for r in self.rows {
+                self.profile_table(&mut s, r);
+            }
+        }
         s
+    }
+
+    /// One placement's partitions: estimate beside time inside the model, dearest first.
+    fn profile_table(&self, s: &mut String, r: &Row) {
+        let Status::Ran {
+            profile, timing, ..
+        } = &r.status
+        else {
+            return;
+        };
+        let in_kernels: f64 = profile.iter().filter_map(|p| p.measured).sum();
+        let estimated: f64 = profile.iter().map(|p| p.estimated).sum();
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "profile of {}: {} partitions estimated {}, {} in their kernels of {} per run",
+            r.label,
+            profile.len(),
+            ms(estimated),
+            ms(in_kernels),
+            ms(timing.seconds)
+        );
+        let mut order: Vec<&PartTime> = profile.iter().collect();
+        order.sort_by(|a, b| {
+            b.measured
+                .unwrap_or(0.0)
+                .total_cmp(&a.measured.unwrap_or(0.0))
+                .then(a.name.cmp(&b.name))
+        });
+        let _ = writeln!(
+            s,
+            "  {:<30} {:<9} {:>5} {:>11} {:>11} {:>8}  operators",
+            "partition", "target", "cands", "estimated", "in model", "est/meas"
+        );
+        for p in order {
+            let (meas, ratio) = match p.measured {
+                Some(m) if m > 0.0 => (ms(m), format!("{:.2}", p.estimated / m)),
+                _ => ("-".to_string(), "-".to_string()),
+            };
+            let ops: String = p.operators.chars().take(60).collect();
+            let _ = writeln!(
+                s,
+                "  {:<30} {:<9} {:>5} {:>11} {:>11} {:>8}  {ops}",
+                p.name,
+                p.target,
+                p.candidates,
+                ms(p.estimated),
+                meas,
+                ratio
+            );
+        }
     }
 
     fn native(&self) -> String {
@@ -782,9 +911,21 @@ impl Report<'_> {
                     kernels,
                     fallbacks,
                     diffs,
+                    profile,
                     ..
                 } = &r.status
                 {
+                    v["profile"] = json!(profile
+                        .iter()
+                        .map(|p| json!({
+                            "partition": p.name,
+                            "target": p.target,
+                            "operators": p.operators,
+                            "estimated_ms": p.estimated * 1e3,
+                            "candidates": p.candidates,
+                            "in_model_ms": p.measured.map(|m| m * 1e3),
+                        }))
+                        .collect::<Vec<_>>());
                     v["kernels"] = json!(kernels);
                     v["fallbacks"] = json!(fallbacks);
                     v["outputs"] = json!(diffs

@@ -406,6 +406,11 @@ impl Executable {
         &self.program.kernels
     }
 
+    /// Calls and wall time of each kernel of [`Executable::kernels`] over every run so far.
+    pub fn kernel_times(&self) -> Vec<(u64, std::time::Duration)> {
+        self.program.kernel_times()
+    }
+
     /// Checks an input tensor against parameter `i`.
     pub fn check_input(&self, i: usize, t: &Tensor) -> Result<(), String> {
         let want = &self.inputs[i].shape;

@@ -197,6 +197,10 @@ enum StepKind {
         outs: Vec<(Slot, Type)>,
         /// The flattened output shapes, allocated before the kernel runs.
         flat: Vec<Shape>,
+        /// Its entry in [`Program::kernels`].
+        record: usize,
+        /// Calls and wall time so far (output storage included), for profiles.
+        time: KernelTime,
     },
     Tuple {
         fields: Vec<Slot>,
@@ -226,6 +230,30 @@ struct Block {
     result: Slot,
     /// Whether `result` is defined inside the block (and emptied once copied out).
     result_inner: bool,
+}
+
+/// Calls of a kernel step and their total wall time (nanoseconds).
+#[derive(Debug, Default)]
+struct KernelTime {
+    calls: std::sync::atomic::AtomicU64,
+    nanos: std::sync::atomic::AtomicU64,
+}
+
+impl KernelTime {
+    fn add(&self, d: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.calls.fetch_add(1, Relaxed);
+        self.nanos
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    fn get(&self) -> (u64, std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.calls.load(Relaxed),
+            std::time::Duration::from_nanos(self.nanos.load(Relaxed)),
+        )
+    }
 }
 
 /// One kernel of a program, for reports.
@@ -287,6 +315,27 @@ impl Program {
             results,
             kernels: lw.kernels,
         })
+    }
+
+    /// Calls and wall time of each kernel of [`Program::kernels`] (same order) over every run
+    /// so far: the time of a call covers its output storage and the kernel itself.
+    pub fn kernel_times(&self) -> Vec<(u64, std::time::Duration)> {
+        let mut out = vec![(0, std::time::Duration::ZERO); self.kernels.len()];
+        let mut stack = vec![&self.body];
+        while let Some(b) = stack.pop() {
+            for step in &b.steps {
+                match &step.kind {
+                    StepKind::Kernel { record, time, .. } => {
+                        if let Some(o) = out.get_mut(*record) {
+                            *o = time.get();
+                        }
+                    }
+                    StepKind::If { branches, .. } => stack.extend(branches.iter()),
+                    _ => {}
+                }
+            }
+        }
+        out
     }
 
     /// Number of kernel steps (branches included).
@@ -381,7 +430,10 @@ fn run_step(step: &Step, slots: &mut [Option<Value>], cx: &RunCx<'_>) -> Result<
             inputs,
             outs,
             flat,
+            time,
+            ..
         } => {
+            let start = std::time::Instant::now();
             let mut outputs = Vec::with_capacity(flat.len());
             let reuse = cx.buffers.filter(|_| kernel.overwrites_outputs());
             for s in flat {
@@ -407,6 +459,7 @@ fn run_step(step: &Step, slots: &mut [Option<Value>], cx: &RunCx<'_>) -> Result<
                 let args: Vec<Arc<Tensor>> = args.into_iter().cloned().collect();
                 kernel.run(&args, &mut outputs, cx)?;
             }
+            time.add(start.elapsed());
             for (o, s) in outputs.iter().zip(flat) {
                 if o.dtype() != s.dtype || o.shape() != s.dims.as_slice() {
                     return Err(RunError::new(format!(
@@ -1016,6 +1069,7 @@ impl<'a> Lowerer<'a> {
             self.assign(o, s);
             outs.push((s, ty));
         }
+        let record = self.kernels.len();
         self.kernels.push(KernelRecord {
             label: label.to_string(),
             backend: compiled.backend,
@@ -1027,6 +1081,8 @@ impl<'a> Lowerer<'a> {
                 inputs: slots,
                 outs,
                 flat,
+                record,
+                time: KernelTime::default(),
             },
             span,
             frees: Vec::new(),

@@ -419,6 +419,22 @@ fn bench_runs_and_checks_every_placement() {
             assert_eq!(p["outputs_within_tolerance"], true, "{p}");
             assert!(p["latency_ms"]["median"].as_f64().unwrap() > 0.0, "{p}");
         }
+        if p["status"] == "ran" {
+            // One profile row per partition, each with its kernel's time inside the model.
+            let rows = p["profile"].as_array().unwrap();
+            let parts: u64 = p["partitions"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|n| n.as_u64().unwrap())
+                .sum();
+            assert_eq!(rows.len() as u64, parts, "{p}");
+            for r in rows {
+                assert!(r["in_model_ms"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["estimated_ms"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["candidates"].as_u64().unwrap() >= 1, "{r}");
+            }
+        }
     }
     assert_eq!(placements[1]["partitions"].get("cutlass"), None);
     assert_eq!(placements[3]["status"], "skipped");
@@ -435,6 +451,7 @@ fn bench_runs_and_checks_every_placement() {
         "0.2",
         "--cache-dir",
         cache.to_str().unwrap(),
+        "--profile",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -447,4 +464,8 @@ fn bench_runs_and_checks_every_placement() {
     assert!(text.contains("Collage plan"), "{text}");
     assert!(text.contains("speed-up  x1.00"), "{text}");
     assert!(text.contains("ok (max abs diff"), "{text}");
+    assert!(
+        text.contains("profile of Collage plan: 3 partitions"),
+        "{text}"
+    );
 }

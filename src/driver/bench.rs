@@ -985,6 +985,27 @@ fn finite(v: f64) -> serde_json::Value {
 
 /// The comparison as an SVG bar chart: each placement's median latency with its spread, and its
 /// estimated cost as a marker.
+/// A placement's name on the chart (short enough to sit under its bar).
+fn chart_label(name: &str, native: &str) -> String {
+    match name.split_once(':') {
+        _ if name == "collage" => "Collage plan".to_string(),
+        _ if name == "tvm" => format!("{native} alone"),
+        Some(("greedy", t)) => format!("greedy {t}"),
+        _ => format!("{name} + {native}"),
+    }
+}
+
+/// A latency in milliseconds with three significant digits or more.
+fn value_label(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
 fn plot_svg(rep: &Report<'_>) -> String {
     use plotters::prelude::*;
     let bars: Vec<(String, f64, f64, Option<f64>, bool)> = rep
@@ -993,7 +1014,7 @@ fn plot_svg(rep: &Report<'_>) -> String {
         .filter_map(|r| {
             let t = r.timing(rep.rows)?;
             Some((
-                r.label.clone(),
+                chart_label(&r.name, &rep.native()),
                 t.seconds * 1e3,
                 t.spread * t.seconds * 1e3,
                 r.estimated.map(|e| e * 1e3),
@@ -1065,21 +1086,46 @@ fn plot_svg(rep: &Report<'_>) -> String {
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 14, y + 5)], other.filled())
                 });
+            // The spread: a whisker with caps (no marker in the middle).
+            let whisker = BLACK.stroke_width(2);
             chart
                 .draw_series(bars.iter().enumerate().map(|(i, b)| {
-                    ErrorBar::new_vertical(
-                        SegmentValue::CenterOf(i),
-                        (b.1 - b.2).max(0.0),
-                        b.1,
-                        b.1 + b.2,
-                        BLACK.stroke_width(2),
-                        12,
+                    PathElement::new(
+                        vec![
+                            (SegmentValue::CenterOf(i), (b.1 - b.2).max(0.0)),
+                            (SegmentValue::CenterOf(i), b.1 + b.2),
+                        ],
+                        whisker,
                     )
                 }))?
                 .label("spread (median absolute deviation)")
                 .legend(|(x, y)| {
                     PathElement::new(vec![(x, y - 6), (x, y + 6)], BLACK.stroke_width(2))
                 });
+            for (i, b) in bars.iter().enumerate() {
+                for v in [(b.1 - b.2).max(0.0), b.1 + b.2] {
+                    chart.draw_series(std::iter::once(
+                        EmptyElement::at((SegmentValue::CenterOf(i), v))
+                            + PathElement::new(vec![(-6, 0), (6, 0)], whisker),
+                    ))?;
+                }
+            }
+            // The median above each bar.
+            let value_style = ("sans-serif", 14).into_font().color(&BLACK).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Bottom,
+                ),
+            );
+            // Above the whisker, or above the estimate's marker when that is higher.
+            chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+                let (y, dy) = match b.3 {
+                    Some(e) if e > b.1 + b.2 => (e, -14),
+                    _ => (b.1 + b.2, -6),
+                };
+                EmptyElement::at((SegmentValue::CenterOf(i), y))
+                    + Text::new(value_label(b.1), (0, dy), value_style.clone())
+            }))?;
             chart
                 .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
                     b.3.map(|e| {

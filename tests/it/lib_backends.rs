@@ -1162,6 +1162,9 @@ fn normalisation_softmax_gelu_and_pooling() {
         ),
         ("dnnl.gelu_erf", "multiply(multiply(%a0, add(erf(multiply(%a0, 0.707107f)), 1f)), 0.5f)", vec![(x, false)]),
         ("dnnl.max_pool2d", "nn.max_pool2d(%a0, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])", vec![(&img, false)]),
+        // Windows made of padding only: the lowest finite float, in oneDNN as in TVM and the
+        // interpreter.
+        ("dnnl.max_pool2d", "nn.max_pool2d(%a0, pool_size=[2, 2], padding=[0, 0, 2, 2])", vec![(&img, false)]),
         ("dnnl.avg_pool2d", "nn.avg_pool2d(%a0, pool_size=[3, 3], strides=[2, 2], padding=[1, 0, 1, 0])", vec![(&img, false)]),
         ("dnnl.avg_pool2d", "nn.avg_pool2d(%a0, pool_size=[2, 2], padding=[1, 1], count_include_pad=True)", vec![(&img, false)]),
         ("dnnl.global_avg_pool2d", "nn.global_avg_pool2d(%a0)", vec![(&img, false)]),
@@ -1246,9 +1249,8 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
 
 /// TVM's table checks no dtypes: its entries match float16 dense layers, which oneDNN 2.6 and
 /// sgemm cannot run; a shape and an attribute value a primitive rejects (a rank-1 layer norm,
-/// average pooling windows made of padding only); a GELU chain with other constants; max
-/// pooling windows made of padding only, which oneDNN would fill differently from the
-/// interpreter. Each is unsupported with a reason, falls back to the interpreter with W2310,
+/// average pooling windows made of padding only); a GELU chain with other constants. Each is
+/// unsupported with a reason, falls back to the interpreter with W2310,
 /// and the run gives the interpreter's outputs, never a crash.
 #[test]
 fn unsupported_composites_fall_back() {
@@ -1298,16 +1300,6 @@ fn unsupported_composites_fall_back() {
                 "nn.avg_pool2d(%a0, pool_size=[2, 2], padding=[3, 3, 3, 3])",
             ),
             "oneDNN has no pooling for these shapes and attributes",
-        ),
-        (
-            // oneDNN accepts it but fills such windows with the lowest float, not -inf.
-            partition(
-                "dnnl",
-                "dnnl.max_pool2d",
-                &[(&t4(1, 4, 9, 9), false)],
-                "nn.max_pool2d(%a0, pool_size=[2, 2], padding=[0, 0, 2, 2])",
-            ),
-            "windows made of padding only",
         ),
         (
             partition(

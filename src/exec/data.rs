@@ -457,17 +457,21 @@ impl ConstantSource for ModuleWeights<'_> {
                 }
                 let role = self.constant_role(key, *index);
                 let ck = (key.clone(), *index, shape.clone(), format!("{role:?}"));
-                let mut cache = self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(t) = cache.get(&ck) {
+                let cache = || self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(t) = cache().get(&ck) {
                     return Ok(t.clone());
                 }
+                // Generated without the lock: generation runs on the rayon pool, whose workers
+                // may meanwhile take other jobs that ask for constants (compiling functions in
+                // parallel), and would wait forever for a lock held here. Two threads may
+                // generate the same tensor; both get identical data (the stream is seeded by
+                // the key), and the first one stored is kept.
                 let t = Arc::new(random_tensor(
                     &shape,
                     stream(self.store.seed, key, *index as u64, &shape),
                     role,
                 )?);
-                cache.insert(ck, t.clone());
-                Ok(t)
+                Ok(cache().entry(ck).or_insert(t).clone())
             }
         }
     }
@@ -523,5 +527,60 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %i: Tensor[(5), int64]) {
         );
         let p = random_tensor(&f, 1, Role::Positive).unwrap();
         assert!(p.as_slice::<f32>().iter().all(|&v| (0.5..1.5).contains(&v)));
+    }
+
+    /// Constants asked for from rayon jobs while other constants are being generated (in
+    /// parallel themselves): with the cache locked during generation, a worker waiting for a
+    /// stolen piece of its generation could take a job that asks for a constant and wait for
+    /// the lock it holds itself, forever (with that lock, this test timed out).
+    #[test]
+    fn constants_from_parallel_jobs_do_not_deadlock() {
+        let n = 4;
+        let mut text = String::from("#[version = \"0.0.5\"]\ndef @main() {\n  (");
+        for i in 0..n {
+            let ty = if i == 0 { "(512, 1024)" } else { "(4, 4)" };
+            text.push_str(&format!(
+                "meta[relay.Constant][{i}] /* ty=Tensor[{ty}, float32] */, "
+            ));
+        }
+        text.push_str(")\n}\n");
+        let m = crate::relay::load_text(&text);
+        let consts: Vec<ExprId> = (0..m.exprs.len() as u32)
+            .map(ExprId)
+            .filter(|&e| matches!(m.expr(e), Expr::Const(Constant::Meta { .. })))
+            .collect();
+        assert_eq!(consts.len(), n);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(4)
+                .build()
+                .unwrap();
+            let sum =
+                |t: Arc<Tensor>| -> f64 { t.as_slice::<f32>().iter().map(|&v| v as f64).sum() };
+            let mut first = None;
+            for round in 0..200u64 {
+                let w = Weights::new(round % 2);
+                let mw = w.for_module(&m);
+                let get = |i: usize| sum(mw.constant(&m, consts[i]).unwrap());
+                // One worker generates a big constant (in parallel chunks) while another
+                // blocks on a small one with a third request queued behind it, and a third
+                // worker is free to steal a piece of the generation.
+                let sums = pool.install(|| {
+                    rayon::join(
+                        || get(0),
+                        || rayon::join(|| get(1), || rayon::join(|| get(2), || get(3))),
+                    )
+                });
+                if round < 2 {
+                    first.get_or_insert_with(Vec::new).push(sums);
+                } else {
+                    assert_eq!(first.as_ref().unwrap()[(round % 2) as usize], sums);
+                }
+            }
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("constants generated in parallel jobs finish");
     }
 }

@@ -25,7 +25,7 @@
 //! libraries sum in other orders (blocked GEMMs, folded batch norms) and evaluate `tanh`, `erf`
 //! and `exp` with their own vectorised approximations.
 
-use crate::support::{collage_in, load_text_ok, root};
+use crate::support::{collage_in, load_text_ok, root, run_model};
 use collage::backend::dnnl::DnnlBackend;
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config as NativeConfig, Native};
@@ -84,32 +84,7 @@ fn run_module(
     threads: usize,
     inputs: Option<&[Arc<Tensor>]>,
 ) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
-    let w = Weights::new(1);
-    let mw = w.for_module(m);
-    let opts = Options {
-        threads,
-        backends: Backends { list: backends },
-        grouping: None,
-    };
-    let x = executor::compile(m, &mw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
-    let ins: Vec<Arc<Tensor>> = match inputs {
-        Some(i) => i.to_vec(),
-        None => x
-            .inputs
-            .iter()
-            .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-            .collect(),
-    };
-    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
-    let flat = out
-        .value
-        .flatten()
-        .into_iter()
-        .map(|t| (**t).clone())
-        .collect();
-    let kernels = x.kernels().iter().map(|k| k.backend.clone()).collect();
-    let warnings = x.warnings.iter().map(|d| d.message.clone()).collect();
-    (flat, kernels, warnings)
+    run_with(m, backends, threads, inputs, None)
 }
 
 /// The outputs of a plan's `@main` run as `collage run --backend auto` runs it: `backends`
@@ -120,26 +95,28 @@ fn run_plan(
     backends: Vec<Arc<dyn Backend>>,
     threads: usize,
 ) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
-    let w = Weights::new(1);
-    let mw = w.for_module(m);
+    run_with(
+        m,
+        backends,
+        threads,
+        None,
+        Some(Box::new(FuseGrouping::default())),
+    )
+}
+
+fn run_with(
+    m: &Module,
+    backends: Vec<Arc<dyn Backend>>,
+    threads: usize,
+    inputs: Option<&[Arc<Tensor>]>,
+    grouping: Option<Box<FuseGrouping>>,
+) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
     let opts = Options {
         threads,
         backends: Backends { list: backends },
-        grouping: Some(Box::new(FuseGrouping::default())),
+        grouping: grouping.map(|g| g as _),
     };
-    let x = executor::compile(m, &mw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
-    let ins: Vec<Arc<Tensor>> = x
-        .inputs
-        .iter()
-        .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-        .collect();
-    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
-    let flat = out
-        .value
-        .flatten()
-        .into_iter()
-        .map(|t| (**t).clone())
-        .collect();
+    let (flat, x) = run_model(m, &Weights::new(1), &opts, inputs);
     let kernels = x.kernels().iter().map(|k| k.backend.clone()).collect();
     let warnings = x.warnings.iter().map(|d| d.message.clone()).collect();
     (flat, kernels, warnings)

@@ -865,8 +865,8 @@ fn eltwise_alg(name: &str) -> Option<Alg> {
     })
 }
 
-/// `shape` right-aligned to `rank` (leading ones), if it broadcasts to `full`.
-fn aligned(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
+/// `shape` right-aligned to the rank of `full` (leading ones), if it broadcasts to `full`.
+pub(super) fn aligned(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
     if shape.len() > full.len() {
         return None;
     }

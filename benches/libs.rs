@@ -16,7 +16,7 @@
 //! `-- /1T/` a thread count). On a shared machine, see docs/performance.md for how the figures
 //! there were taken.
 
-use collage::backend::dnnl::{DnnlBackend, Part};
+use collage::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
 use collage::backend::native::{Config as NativeConfig, Native};
 use collage::backend::openblas::OpenBlasBackend;
 use collage::backend::{Backend, Prepared, RunCx, Unit};
@@ -53,6 +53,9 @@ struct KernelSpec {
     body: String,
     dnnl: Option<&'static str>,
     openblas: Option<&'static str>,
+    /// Whether oneDNN's partition reorders at its boundary (the convolutions' blocked layouts);
+    /// checked when it is prepared.
+    reorders: bool,
 }
 
 fn ty(dims: &[usize]) -> String {
@@ -75,6 +78,7 @@ fn dense(name: &'static str, m: usize, k: usize, n: usize) -> KernelSpec {
         body: format!("nn.dense(%x, %w, units={n})"),
         dnnl: Some("dnnl.dense"),
         openblas: Some("openblas.dense"),
+        reorders: false,
     }
 }
 
@@ -85,6 +89,7 @@ fn batch_matmul(name: &'static str, b: usize, m: usize, k: usize, n: usize) -> K
         body: "nn.batch_matmul(%a, %b, transpose_a=False, transpose_b=True)".into(),
         dnnl: Some("dnnl.batch_matmul"),
         openblas: Some("openblas.batch_matmul"),
+        reorders: false,
     }
 }
 
@@ -95,6 +100,7 @@ fn conv(name: &'static str, x: &[usize], w: &[usize], attrs: &str) -> KernelSpec
         body: format!("nn.conv2d(%x, %w{attrs})"),
         dnnl: Some("dnnl.conv2d"),
         openblas: None,
+        reorders: true,
     }
 }
 
@@ -114,6 +120,7 @@ fn kernels() -> Vec<KernelSpec> {
             ),
             dnnl: Some("dnnl.dense_bias_gelu_tanh"),
             openblas: None,
+            reorders: false,
         },
         dense("D2 dense 1600x3072-768", 1600, 3072, 768),
         dense("D3 dense 1600x768-768", 1600, 768, 768),
@@ -136,6 +143,7 @@ fn kernels() -> Vec<KernelSpec> {
             body: "nn.relu(add(nn.conv2d(%x, %w, padding=[1, 1]), %bias))".into(),
             dnnl: Some("dnnl.conv2d_bias_relu"),
             openblas: None,
+            reorders: true,
         },
         conv(
             "C2 conv 1x1 256-64 56x56",
@@ -161,6 +169,7 @@ fn kernels() -> Vec<KernelSpec> {
             body: gelu_tanh("%x"),
             dnnl: Some("dnnl.gelu_tanh"),
             openblas: None,
+            reorders: false,
         },
         KernelSpec {
             name: "E2 layer norm 1600x768",
@@ -175,6 +184,7 @@ fn kernels() -> Vec<KernelSpec> {
                 .into(),
             dnnl: Some("dnnl.layer_norm_decomposed"),
             openblas: None,
+            reorders: false,
         },
     ]
 }
@@ -255,6 +265,44 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(2))
 }
 
+/// Registers a benchmark whose set-up (compiling and preparing the kernel) runs only when
+/// criterion's filter selects it, once: a filtered run does not pay for the other kernels.
+fn lazy_bench<S>(
+    c: &mut Criterion,
+    id: &str,
+    setup: impl FnOnce() -> S,
+    mut run: impl FnMut(&mut S),
+) {
+    let mut setup = Some(setup);
+    let mut state: Option<S> = None;
+    c.bench_function(id, |bn| {
+        let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
+        bn.iter(|| run(s))
+    });
+}
+
+/// The oneDNN partition of `k`, compiled for `threads` and prepared, run once whole (so that
+/// the primitives' sources hold the inputs), with its inputs and outputs.
+fn dnnl_setup(
+    k: &KernelSpec,
+    composite: &str,
+    threads: usize,
+) -> (DnnlPrepared, Vec<Arc<Tensor>>, Vec<Tensor>) {
+    let m = load(&partition_text(k, Some(("dnnl", composite))));
+    let weights = Weights::new(0);
+    let mw = weights.for_module(&m);
+    let b = DnnlBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
+    let kernel = b
+        .compile_function(&m, m.def("part").expect("@part"), &mw)
+        .unwrap_or_else(|u| panic!("{}: {}", k.name, u.message));
+    let (consts, inputs, mut outputs) = tensors(&m, k);
+    let prepared = kernel.prepare_site(&consts).expect("prepares");
+    prepared
+        .run_part(&inputs, &mut outputs, Part::All)
+        .expect("runs");
+    (prepared, inputs, outputs)
+}
+
 fn bench_libs(c: &mut Criterion) {
     let omp = collage::ffi::omp::Omp::shared().unwrap_or_else(|e| panic!("{e}"));
     let cache = tempfile::tempdir().expect("a temporary kernel cache");
@@ -262,87 +310,90 @@ fn bench_libs(c: &mut Criterion) {
     for k in kernels() {
         for threads in [1usize, 2] {
             let tag = format!("{threads}T");
-            // oneDNN: the primitive in its layouts, and the boundary reorders.
+            // oneDNN: the primitive in its layouts, and the boundary reorders (where the
+            // partition has any).
             if let Some(composite) = k.dnnl {
-                let m = load(&partition_text(&k, Some(("dnnl", composite))));
-                let weights = Weights::new(0);
-                let mw = weights.for_module(&m);
-                let b = DnnlBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
-                let kernel = b
-                    .compile_function(&m, m.def("part").expect("@part"), &mw)
-                    .unwrap_or_else(|u| panic!("{}: {}", k.name, u.message));
-                let (consts, inputs, mut outputs) = tensors(&m, &k);
-                let prepared = kernel.prepare_site(&consts).expect("prepares");
-                // One full run: the primitives' sources hold the inputs from now on.
-                prepared
-                    .run_part(&inputs, &mut outputs, Part::All)
-                    .expect("runs");
-                c.bench_function(&format!("{}/dnnl/{tag}/kernel", k.name), |bn| {
-                    bn.iter(|| {
-                        prepared
-                            .run_part(&inputs, &mut outputs, Part::Compute)
-                            .expect("runs")
-                    })
-                });
-                if prepared.step_counts().1 > 0 {
-                    c.bench_function(&format!("{}/dnnl/{tag}/boundary", k.name), |bn| {
-                        bn.iter(|| {
-                            prepared
-                                .run_part(&inputs, &mut outputs, Part::Boundary)
-                                .expect("runs")
-                        })
-                    });
+                let mut parts = vec![("kernel", Part::Compute)];
+                if k.reorders {
+                    parts.push(("boundary", Part::Boundary));
+                }
+                for (what, part) in parts {
+                    lazy_bench(
+                        c,
+                        &format!("{}/dnnl/{tag}/{what}", k.name),
+                        || {
+                            let s = dnnl_setup(&k, composite, threads);
+                            assert_eq!(
+                                s.0.step_counts().1 > 0,
+                                k.reorders,
+                                "{}: boundary reorders",
+                                k.name
+                            );
+                            s
+                        },
+                        |(prepared, inputs, outputs)| {
+                            prepared.run_part(inputs, outputs, part).expect("runs")
+                        },
+                    );
                 }
             }
             // OpenBLAS and generated code: the whole call on plain tensors.
-            let mut others: Vec<(&str, Arc<dyn Backend>, String)> = Vec::new();
+            let mut others: Vec<(&str, Option<&str>)> = Vec::new();
             if let Some(composite) = k.openblas {
-                let b = OpenBlasBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
-                others.push((
-                    "openblas",
-                    Arc::new(b),
-                    partition_text(&k, Some(("openblas", composite))),
-                ));
+                others.push(("openblas", Some(composite)));
             }
-            let native = Native::new(NativeConfig {
-                threads,
-                cache_dir: Some(cache.path().to_path_buf()),
-                ..NativeConfig::default()
-            });
-            others.push(("native", Arc::new(native), partition_text(&k, None)));
-            for (name, b, text) in others {
-                let m = load(&text);
-                let weights = Weights::new(0);
-                let mw = weights.for_module(&m);
-                let unit = Unit::Function {
-                    module: &m,
-                    func: m.def("part").expect("@part"),
+            others.push(("native", None));
+            for (name, composite) in others {
+                let setup = || {
+                    let (b, text): (Arc<dyn Backend>, String) = match composite {
+                        Some(composite) => (
+                            Arc::new(
+                                OpenBlasBackend::new(threads).unwrap_or_else(|e| panic!("{e}")),
+                            ),
+                            partition_text(&k, Some(("openblas", composite))),
+                        ),
+                        None => (
+                            Arc::new(Native::new(NativeConfig {
+                                threads,
+                                cache_dir: Some(cache.path().to_path_buf()),
+                                ..NativeConfig::default()
+                            })),
+                            partition_text(&k, None),
+                        ),
+                    };
+                    let m = load(&text);
+                    let weights = Weights::new(0);
+                    let mw = weights.for_module(&m);
+                    let unit = Unit::Function {
+                        module: &m,
+                        func: m.def("part").expect("@part"),
+                    };
+                    let kernel = b
+                        .compile(&unit, &mw)
+                        .unwrap_or_else(|u| panic!("{}: {name}: {}", k.name, u.message));
+                    let (consts, inputs, outputs) = tensors(&m, &k);
+                    let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
+                    (prepared, inputs, outputs)
                 };
-                let kernel = match b.compile(&unit, &mw) {
-                    Ok(kernel) => kernel,
-                    Err(u) => {
-                        eprintln!("{}: {name} cannot run it: {}", k.name, u.message);
-                        continue;
-                    }
-                };
-                let (consts, inputs, mut outputs) = tensors(&m, &k);
-                let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
-                c.bench_function(&format!("{}/{name}/{tag}/call", k.name), |bn| {
-                    bn.iter(|| {
+                lazy_bench(
+                    c,
+                    &format!("{}/{name}/{tag}/call", k.name),
+                    setup,
+                    |(prepared, inputs, outputs)| {
                         // The executor sets the calling thread's OpenMP count before a run.
                         omp.set_num_threads(threads);
                         prepared
                             .run(
-                                &inputs,
-                                &mut outputs,
+                                inputs,
+                                outputs,
                                 &RunCx {
                                     mem: &mem,
                                     buffers: None,
                                 },
                             )
                             .expect("runs")
-                    })
-                });
+                    },
+                );
             }
         }
     }

@@ -61,6 +61,14 @@ impl<'t> Lowerer<'t> {
         Span::new(self.file, s.start(), s.end())
     }
 
+    /// The identifiers directly inside `p`, in order.
+    fn idents(&self, p: P<'_>) -> Vec<Name> {
+        p.into_inner()
+            .filter(|x| x.as_rule() == Rule::ident)
+            .map(|x| self.name(x))
+            .collect()
+    }
+
     fn name(&self, p: P<'_>) -> Name {
         Name {
             text: p.as_str().to_string(),
@@ -264,13 +272,7 @@ impl<'t> Lowerer<'t> {
         for c in p.into_inner() {
             match c.as_rule() {
                 Rule::op_name => name = Some(self.name(c)),
-                Rule::arg_names => {
-                    args = c
-                        .into_inner()
-                        .filter(|x| x.as_rule() == Rule::ident)
-                        .map(|x| self.name(x))
-                        .collect()
-                }
+                Rule::arg_names => args = self.idents(c),
                 Rule::ident => kind = Some(self.name(c)),
                 _ => {}
             }
@@ -289,13 +291,7 @@ impl<'t> Lowerer<'t> {
         for c in p.into_inner() {
             match c.as_rule() {
                 Rule::ident => name = Some(self.name(c)),
-                Rule::pattern_params => {
-                    params = c
-                        .into_inner()
-                        .filter(|x| x.as_rule() == Rule::ident)
-                        .map(|x| self.name(x))
-                        .collect()
-                }
+                Rule::pattern_params => params = self.idents(c),
                 Rule::pattern => body = Some(self.pattern(c)),
                 _ => {}
             }
@@ -747,12 +743,7 @@ impl<'t> Lowerer<'t> {
             return TypeConstraint::Shape(Vec::new());
         };
         match c.as_rule() {
-            Rule::dtype_constraint => TypeConstraint::DType(
-                c.into_inner()
-                    .filter(|x| x.as_rule() == Rule::ident)
-                    .map(|x| self.name(x))
-                    .collect(),
-            ),
+            Rule::dtype_constraint => TypeConstraint::DType(self.idents(c)),
             Rule::rank_constraint => {
                 let n = c.into_inner().find(|x| x.as_rule() == Rule::number);
                 let v = match n.as_ref().map(|n| self.number(n)) {

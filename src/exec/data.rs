@@ -457,20 +457,21 @@ impl ConstantSource for ModuleWeights<'_> {
                 }
                 let role = self.constant_role(key, *index);
                 let ck = (key.clone(), *index, shape.clone(), format!("{role:?}"));
-                let lock = || self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(t) = lock().get(&ck) {
+                let cache = || self.store.cache.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(t) = cache().get(&ck) {
                     return Ok(t.clone());
                 }
-                // Drawn without the lock: the draw runs on the thread pool, whose threads may
-                // meanwhile take other jobs that ask for constants (holding the lock here
-                // deadlocked them). Two threads may draw the same tensor; the first one kept
-                // wins, and both are equal.
+                // Generated without the lock: generation runs on the rayon pool, whose workers
+                // may meanwhile take other jobs that ask for constants (compiling functions in
+                // parallel), and would wait forever for a lock held here. Two threads may
+                // generate the same tensor; both get identical data (the stream is seeded by
+                // the key), and the first one stored is kept.
                 let t = Arc::new(random_tensor(
                     &shape,
                     stream(self.store.seed, key, *index as u64, &shape),
                     role,
                 )?);
-                Ok(lock().entry(ck).or_insert(t).clone())
+                Ok(cache().entry(ck).or_insert(t).clone())
             }
         }
     }
@@ -528,54 +529,58 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %i: Tensor[(5), int64]) {
         assert!(p.as_slice::<f32>().iter().all(|&v| (0.5..1.5).contains(&v)));
     }
 
+    /// Constants asked for from rayon jobs while other constants are being generated (in
+    /// parallel themselves): with the cache locked during generation, a worker waiting for a
+    /// stolen piece of its generation could take a job that asks for a constant and wait for
+    /// the lock it holds itself, forever (with that lock, this test timed out).
     #[test]
-    fn constants_drawn_on_a_busy_pool_do_not_deadlock() {
-        // Threads of one pool ask for large constants at once: drawing one runs on the pool,
-        // whose threads then take other requests for constants while they wait. With the
-        // store's lock held during the draw this deadlocked.
-        let mut text = String::from(
-            "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1024, 1024), float32]) {\n",
-        );
-        for i in 0..8 {
+    fn constants_from_parallel_jobs_do_not_deadlock() {
+        let n = 4;
+        let mut text = String::from("#[version = \"0.0.5\"]\ndef @main() {\n  (");
+        for i in 0..n {
+            let ty = if i == 0 { "(512, 1024)" } else { "(4, 4)" };
             text.push_str(&format!(
-                "  %{i} = add(%x, meta[relay.Constant][{i}] /* ty=Tensor[(1024, 1024), float32] */);\n"
+                "meta[relay.Constant][{i}] /* ty=Tensor[{ty}, float32] */, "
             ));
         }
-        text.push_str("  (%0, %1, %2, %3, %4, %5, %6, %7)\n}\n");
+        text.push_str(")\n}\n");
         let m = crate::relay::load_text(&text);
-        let consts: Vec<ExprId> = (0..m.exprs.len())
-            .map(|i| ExprId(i as u32))
-            .filter(|&e| matches!(m.expr(e), Expr::Const(_)))
+        let consts: Vec<ExprId> = (0..m.exprs.len() as u32)
+            .map(ExprId)
+            .filter(|&e| matches!(m.expr(e), Expr::Const(Constant::Meta { .. })))
             .collect();
-        assert_eq!(consts.len(), 8);
-        let (done, finished) = std::sync::mpsc::channel();
+        assert_eq!(consts.len(), n);
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(2)
+                .num_threads(4)
                 .build()
                 .unwrap();
-            for round in 0..4u64 {
-                let w = Weights::new(round);
+            let sum =
+                |t: Arc<Tensor>| -> f64 { t.as_slice::<f32>().iter().map(|&v| v as f64).sum() };
+            let mut first = None;
+            for round in 0..200u64 {
+                let w = Weights::new(round % 2);
                 let mw = w.for_module(&m);
-                std::thread::scope(|s| {
-                    for k in 0..8 {
-                        let (pool, mw, m, consts) = (&pool, &mw, &m, &consts);
-                        s.spawn(move || {
-                            for j in 0..consts.len() {
-                                let e = consts[(j + 2 * k) % consts.len()];
-                                pool.install(|| mw.constant(m, e).unwrap());
-                            }
-                        });
-                    }
+                let get = |i: usize| sum(mw.constant(&m, consts[i]).unwrap());
+                // One worker generates a big constant (in parallel chunks) while another
+                // blocks on a small one with a third request queued behind it, and a third
+                // worker is free to steal a piece of the generation.
+                let sums = pool.install(|| {
+                    rayon::join(
+                        || get(0),
+                        || rayon::join(|| get(1), || rayon::join(|| get(2), || get(3))),
+                    )
                 });
-                // Every request for one constant got the same tensor.
-                let a = mw.constant(&m, consts[0]).unwrap();
-                assert!(Arc::ptr_eq(&a, &mw.constant(&m, consts[0]).unwrap()));
+                if round < 2 {
+                    first.get_or_insert_with(Vec::new).push(sums);
+                } else {
+                    assert_eq!(first.as_ref().unwrap()[(round % 2) as usize], sums);
+                }
             }
-            done.send(()).unwrap();
+            let _ = tx.send(());
         });
-        finished
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .expect("drawing constants on a busy pool deadlocked");
+        rx.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("constants generated in parallel jobs finish");
     }
 }

@@ -29,7 +29,7 @@
 //! resnet50's run time on generated code.
 
 use crate::backend::{ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unsupported};
-use crate::exec::tensor::{Shape, Tensor};
+use crate::exec::tensor::{Shape, Storage, Tensor};
 use crate::exec::value::{flat_shapes, Value};
 use crate::ir::{Callee, Expr, ExprId, FuncId, Module, Type, VarId};
 use crate::source::Span;
@@ -48,23 +48,23 @@ pub fn function_name(m: &Module, func: FuncId) -> Option<&str> {
         .map(|(g, _)| m.globals[g.index()].name.as_str())
 }
 
-/// Storage of freed tensors, by size in words, for the outputs of kernels that overwrite them.
+/// Storage of freed tensors, by size in lines, for the outputs of kernels that overwrite them.
 /// It holds at most [`Buffers::LIMIT`] bytes; an executable keeps one across its runs.
 #[derive(Debug, Default)]
 pub struct Buffers {
     free: Mutex<FreeList>,
 }
 
-/// Freed storage by size in words, and the bytes it holds.
-type FreeList = (BTreeMap<usize, Vec<Vec<u64>>>, usize);
+/// Freed storage by size in lines, and the bytes it holds.
+type FreeList = (BTreeMap<usize, Vec<Storage>>, usize);
 
 impl Buffers {
     /// The most bytes kept.
     pub const LIMIT: usize = 1 << 30;
 
-    /// Keeps `words` for reuse (dropped when the limit would be passed).
-    pub fn put(&self, words: Vec<u64>) {
-        let bytes = words.len() * 8;
+    /// Keeps `storage` for reuse (dropped when the limit would be passed).
+    pub fn put(&self, storage: Storage) {
+        let bytes = storage.as_bytes().len();
         if bytes == 0 {
             return;
         }
@@ -73,18 +73,18 @@ impl Buffers {
             return;
         }
         g.1 += bytes;
-        g.0.entry(words.len()).or_default().push(words);
+        g.0.entry(storage.lines()).or_default().push(storage);
     }
 
-    /// Storage of exactly `n` words, if some was freed.
-    pub fn take(&self, n: usize) -> Option<Vec<u64>> {
+    /// Storage of exactly `n` lines, if some was freed.
+    pub fn take(&self, n: usize) -> Option<Storage> {
         let mut g = self.free.lock().unwrap_or_else(|p| p.into_inner());
         let list = g.0.get_mut(&n)?;
         let w = list.pop()?;
         if list.is_empty() {
             g.0.remove(&n);
         }
-        g.1 -= n * 8;
+        g.1 -= n * crate::exec::tensor::ALIGN;
         Some(w)
     }
 
@@ -393,7 +393,7 @@ pub fn release(v: Value, cx: &RunCx<'_>) {
                     cx.mem.free(t.nbytes());
                     if let Some(b) = cx.buffers {
                         if let Ok(t) = Arc::try_unwrap(t) {
-                            b.put(t.into_words());
+                            b.put(t.into_storage());
                         }
                     }
                 }
@@ -437,12 +437,12 @@ fn run_step(step: &Step, slots: &mut [Option<Value>], cx: &RunCx<'_>) -> Result<
             let mut outputs = Vec::with_capacity(flat.len());
             let reuse = cx.buffers.filter(|_| kernel.overwrites_outputs());
             for s in flat {
-                let old = reuse.and_then(|b| Some((b, b.take(Tensor::words_of(s)?)?)));
+                let old = reuse.and_then(|b| Some((b, b.take(Tensor::lines_of(s)?)?)));
                 let t = match old {
-                    Some((b, words)) => match Tensor::on_words(s, words) {
+                    Some((b, storage)) => match Tensor::on_storage(s, storage) {
                         Ok(t) => t,
-                        Err(words) => {
-                            b.put(words);
+                        Err(storage) => {
+                            b.put(storage);
                             Tensor::zeros_of(s).map_err(|e| RunError::new(e.0))?
                         }
                     },
@@ -1097,21 +1097,26 @@ mod buffer_tests {
 
     #[test]
     fn buffers_give_back_storage_of_the_size_asked_within_the_limit() {
+        let filled = |lines: usize, v: u8| {
+            let mut s = Storage::zeroed(lines).unwrap();
+            s.as_bytes_mut().fill(v);
+            s
+        };
         let b = Buffers::default();
-        b.put(vec![1; 4]);
-        b.put(vec![2; 4]);
-        b.put(vec![3; 8]);
-        b.put(Vec::new());
-        assert_eq!(b.bytes(), 128);
-        assert_eq!(b.take(5), None);
-        assert_eq!(b.take(8), Some(vec![3; 8]));
+        b.put(filled(4, 1));
+        b.put(filled(4, 2));
+        b.put(filled(8, 3));
+        b.put(Storage::zeroed(0).unwrap());
+        assert_eq!(b.bytes(), 16 * 64);
+        assert!(b.take(5).is_none());
+        assert_eq!(b.take(8), Some(filled(8, 3)));
         assert!(b.take(4).is_some());
         assert!(b.take(4).is_some());
-        assert_eq!(b.take(4), None);
+        assert!(b.take(4).is_none());
         assert_eq!(b.bytes(), 0);
         // Storage beyond the limit is dropped.
-        b.put(vec![0; Buffers::LIMIT / 8]);
-        b.put(vec![0; 1]);
+        b.put(Storage::zeroed(Buffers::LIMIT / 64).unwrap());
+        b.put(filled(1, 0));
         assert_eq!(b.bytes(), Buffers::LIMIT);
     }
 }

@@ -1,7 +1,8 @@
 //! Tensors: a dtype, a static shape and contiguous row-major storage.
 //!
-//! The storage is a byte buffer aligned to 8 bytes (it is kept as `u64` words), so any element
-//! type can be viewed in place with `bytemuck`. `bool` is one byte per element (0 or 1), as in
+//! The storage is a byte buffer of whole 64-byte lines starting on a cache line ([`Storage`]), so
+//! any element type can be viewed in place with `bytemuck`, and vector loads and stores of the
+//! data do not straddle cache lines. `bool` is one byte per element (0 or 1), as in
 //! NumPy and TVM. Floating-point work on `float16` and `bfloat16` tensors goes through `float32`
 //! views ([`Tensor::f32_view`], [`Tensor::fill_f32`]): every operator computes in `float32` and
 //! rounds its result once, to nearest even, when it is stored.
@@ -10,6 +11,7 @@ use crate::ir::{DType, DTypeCode, TensorType};
 use half::{bf16, f16};
 use std::borrow::Cow;
 use std::fmt;
+use std::ptr::NonNull;
 
 /// The largest single tensor the interpreter allocates (bytes). Larger shapes are an error
 /// instead of an allocation failure that would abort the process.
@@ -168,8 +170,8 @@ impl fmt::Display for Shape {
 pub struct Tensor {
     dtype: DType,
     shape: Vec<usize>,
-    /// Storage as 8-byte words; `len` bytes of it are the data.
-    words: Vec<u64>,
+    /// The first `len` bytes of the storage are the data; the rest is zero.
+    storage: Storage,
     len: usize,
 }
 
@@ -179,25 +181,107 @@ impl fmt::Debug for Tensor {
     }
 }
 
-/// Allocates `n` zeroed words without aborting on failure.
-fn zeroed_words(n: usize) -> Result<Vec<u64>, TensorError> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<u64>(n)
-        .map_err(|_| TensorError("tensor too large to allocate".into()))?;
-    // SAFETY: the layout has a non-zero size; the pointer is checked for null; a zeroed u64 is a
-    // valid value; the Vec takes ownership with the same layout (capacity n of u64) that
-    // allocated it, as `Vec::from_raw_parts` requires.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout) as *mut u64;
-        if ptr.is_null() {
-            return Err(TensorError(format!(
-                "cannot allocate {} bytes for a tensor",
-                n * 8
-            )));
+/// Alignment of tensor storage in bytes: a cache line. Measured here: oneDNN's GELU eltwise on
+/// 1600×3072 (one thread) took 22% longer with its source and destination 16 bytes off a line
+/// (where `malloc` puts large blocks) than on line boundaries.
+pub const ALIGN: usize = 64;
+
+/// Zero-initialised storage of whole [`ALIGN`]-byte lines, starting on a line boundary.
+///
+/// Allocated with `calloc` and aligned within the block: for large blocks `calloc` hands out
+/// fresh pages without writing them (an aligned allocation through Rust's allocator would
+/// write every byte with zeros first, one more pass over the memory of every new tensor).
+pub struct Storage {
+    /// The block as `calloc` returned it (`None`: no lines, nothing allocated).
+    base: Option<NonNull<u8>>,
+    /// The first line.
+    data: NonNull<u8>,
+    lines: usize,
+}
+
+// SAFETY: `Storage` owns its block exclusively, like a `Vec<u8>`.
+unsafe impl Send for Storage {}
+// SAFETY: shared references only read.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// `lines` zeroed lines, or an error when they cannot be allocated (never an abort).
+    pub fn zeroed(lines: usize) -> Result<Storage, TensorError> {
+        let too_large = || {
+            TensorError(format!(
+                "cannot allocate {lines} × {ALIGN} bytes for a tensor"
+            ))
+        };
+        if lines == 0 {
+            return Ok(Storage {
+                base: None,
+                // A dangling pointer on a line boundary: empty slices of any element type.
+                data: NonNull::new(ALIGN as *mut u8).expect("non-null"),
+                lines: 0,
+            });
         }
-        Ok(Vec::from_raw_parts(ptr, n, n))
+        let bytes = lines
+            .checked_mul(ALIGN)
+            .and_then(|b| b.checked_add(ALIGN))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        // SAFETY: a plain allocation, checked for null below.
+        let base =
+            NonNull::new(unsafe { libc::calloc(bytes, 1) } as *mut u8).ok_or_else(too_large)?;
+        let off = base.as_ptr().align_offset(ALIGN);
+        // SAFETY: `off < ALIGN`, so `lines * ALIGN` bytes from `data` lie inside the block.
+        let data = unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) };
+        Ok(Storage {
+            base: Some(base),
+            data,
+            lines,
+        })
+    }
+
+    /// The number of lines.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    /// Every byte (`lines × ALIGN`).
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `data` points at `lines * ALIGN` initialised bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.lines * ALIGN) }
+    }
+
+    /// Every byte, mutably.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.lines * ALIGN) }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(base) = self.base {
+            // SAFETY: `base` came from `calloc` and is freed once.
+            unsafe { libc::free(base.as_ptr() as *mut libc::c_void) }
+        }
+    }
+}
+
+impl Clone for Storage {
+    fn clone(&self) -> Storage {
+        let mut s = Storage::zeroed(self.lines).unwrap_or_else(|e| panic!("{}", e.0));
+        s.as_bytes_mut().copy_from_slice(self.as_bytes());
+        s
+    }
+}
+
+impl PartialEq for Storage {
+    fn eq(&self, other: &Storage) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Storage({} lines)", self.lines)
     }
 }
 
@@ -218,7 +302,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            words: zeroed_words(n.div_ceil(8))?,
+            storage: Storage::zeroed(n.div_ceil(ALIGN))?,
             len: n,
         })
     }
@@ -228,41 +312,39 @@ impl Tensor {
         Tensor::zeros(s.dtype, &s.dims)
     }
 
-    /// The number of 8-byte storage words a tensor of this type holds (`None` when the dtype
-    /// is not supported or the size overflows).
-    pub fn words_of(s: &Shape) -> Option<usize> {
+    /// The number of storage lines a tensor of this type holds (`None` when the dtype is not
+    /// supported or the size overflows).
+    pub fn lines_of(s: &Shape) -> Option<usize> {
         let es = elem_size(s.dtype)?;
-        numel(&s.dims)?.checked_mul(es).map(|n| n.div_ceil(8))
+        numel(&s.dims)?.checked_mul(es).map(|n| n.div_ceil(ALIGN))
     }
 
-    /// A tensor of a static type on the storage of a released tensor (`words` must be exactly
-    /// [`Tensor::words_of`] long; it is returned otherwise). Its elements are whatever the
-    /// storage held (the last word is cleared, so the bytes after the data are zero, as
-    /// equality needs): for kernels that write every element.
-    pub fn on_words(s: &Shape, mut words: Vec<u64>) -> Result<Tensor, Vec<u64>> {
+    /// A tensor of a static type on the storage of a released tensor (`storage` must be
+    /// exactly [`Tensor::lines_of`] long; it is returned otherwise). Its elements are whatever
+    /// the storage held (the bytes after the data are cleared, as equality needs): for kernels
+    /// that write every element.
+    pub fn on_storage(s: &Shape, mut storage: Storage) -> Result<Tensor, Storage> {
         let Some(es) = elem_size(s.dtype) else {
-            return Err(words);
+            return Err(storage);
         };
         let Some(n) = numel(&s.dims).and_then(|n| n.checked_mul(es)) else {
-            return Err(words);
+            return Err(storage);
         };
-        if words.len() != n.div_ceil(8) || n as u64 > MAX_TENSOR_BYTES {
-            return Err(words);
+        if storage.lines() != n.div_ceil(ALIGN) || n as u64 > MAX_TENSOR_BYTES {
+            return Err(storage);
         }
-        if let Some(last) = words.last_mut() {
-            *last = 0;
-        }
+        storage.as_bytes_mut()[n..].fill(0);
         Ok(Tensor {
             dtype: s.dtype,
             shape: s.dims.clone(),
-            words,
+            storage,
             len: n,
         })
     }
 
-    /// The tensor's storage, for reuse ([`Tensor::on_words`]).
-    pub fn into_words(self) -> Vec<u64> {
-        self.words
+    /// The tensor's storage, for reuse ([`Tensor::on_storage`]).
+    pub fn into_storage(self) -> Storage {
+        self.storage
     }
 
     /// A tensor holding the given elements (which must match the dtype and the shape).
@@ -356,13 +438,13 @@ impl Tensor {
 
     /// The data as bytes (little-endian, row-major).
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+        &self.storage.as_bytes()[..self.len]
     }
 
     /// The data as mutable bytes.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..len]
+        &mut self.storage.as_bytes_mut()[..len]
     }
 
     /// The elements as a slice of `T`, which must be the dtype's storage type.
@@ -565,21 +647,44 @@ mod tests {
             dtype: DType::F16,
             dims: vec![3],
         };
-        assert_eq!(Tensor::words_of(&s), Some(1));
-        let t = Tensor::on_words(&s, vec![u64::MAX]).unwrap();
+        assert_eq!(Tensor::lines_of(&s), Some(1));
+        let mut st = Storage::zeroed(1).unwrap();
+        st.as_bytes_mut().fill(0xff);
+        let t = Tensor::on_storage(&s, st).unwrap();
         assert_eq!(t.nbytes(), 6);
         assert_eq!(t.shape(), &[3]);
-        // The last word is cleared, so the two padding bytes are zero.
-        assert_eq!(t.into_words(), vec![0]);
+        // The data keeps what the storage held; the bytes after it are cleared.
+        assert_eq!(t.bytes(), &[0xff; 6]);
+        let st = t.into_storage();
+        assert_eq!(&st.as_bytes()[..6], &[0xff; 6]);
+        assert!(st.as_bytes()[6..].iter().all(|&b| b == 0));
         let s = Shape {
             dtype: DType::F32,
-            dims: vec![2, 2],
+            dims: vec![20],
         };
-        // Other words keep what they held.
-        let t = Tensor::on_words(&s, vec![1, 2]).unwrap();
-        assert_eq!(t.into_words(), vec![1, 0]);
+        assert_eq!(Tensor::lines_of(&s), Some(2));
         // The wrong size is given back.
-        assert_eq!(Tensor::on_words(&s, vec![7; 3]).unwrap_err(), vec![7; 3]);
+        let st = Tensor::on_storage(&s, Storage::zeroed(3).unwrap()).unwrap_err();
+        assert_eq!(st.lines(), 3);
+    }
+
+    #[test]
+    fn storage_is_aligned_zeroed_and_cloned() {
+        for lines in [0, 1, 3, 5000] {
+            let mut st = Storage::zeroed(lines).unwrap();
+            assert_eq!(st.as_bytes().as_ptr() as usize % ALIGN, 0);
+            assert_eq!(st.as_bytes().len(), lines * ALIGN);
+            assert!(st.as_bytes().iter().all(|&b| b == 0));
+            if lines > 0 {
+                st.as_bytes_mut()[lines * ALIGN - 1] = 7;
+            }
+            let c = st.clone();
+            assert_eq!(c.as_bytes().as_ptr() as usize % ALIGN, 0);
+            assert_eq!(c, st);
+        }
+        let t = Tensor::zeros(DType::F32, &[3, 5]).unwrap();
+        assert_eq!(t.bytes().as_ptr() as usize % ALIGN, 0);
+        assert!(Storage::zeroed(usize::MAX / 2).is_err());
     }
 
     #[test]

@@ -112,6 +112,20 @@ impl DType {
         self == DType::BOOL
     }
 
+    /// The largest finite value of a float dtype, as an `f32` (float64's saturates to
+    /// `f32::MAX`, as values computed in float32 do); `None` for other dtypes. Max reductions
+    /// and max pooling start from its negation and min reductions from it, as TVM's
+    /// `min_value`/`max_value` identities do, so an empty window or a window holding only
+    /// padding or `-inf` gives the lowest finite value, not `-inf`.
+    pub fn float_max(self) -> Option<f32> {
+        match (self.code, self.bits) {
+            (DTypeCode::Float, 16) => Some(65504.0),
+            (DTypeCode::BFloat, 16) => Some(f32::from_bits(0x7f7f_0000)),
+            (DTypeCode::Float, 32 | 64) => Some(f32::MAX),
+            _ => None,
+        }
+    }
+
     /// Bytes per element (lanes included), rounding bits up to whole bytes.
     pub fn bytes(self) -> u64 {
         (self.bits as u64 * self.lanes as u64).div_ceil(8)

@@ -1,7 +1,7 @@
 //! Execution: `collage run` on the corpus, on generated models and on bad input; the executor's
 //! handling of control flow, metadata data and memory; determinism across threads.
 
-use crate::support::{collage, collage_in, load_text_ok, root};
+use crate::support::{collage, collage_in, load_text_ok, root, run_model};
 use collage::exec::data::Weights;
 use collage::exec::executor::{self, Options};
 use collage::exec::tensor::Tensor;
@@ -565,39 +565,17 @@ impl collage::exec::executor::Grouping for FuseGrouping {
     }
 }
 
-fn run_model(
-    m: &collage::ir::Module,
-    w: &Weights,
-    opts: &Options,
-) -> (Vec<Tensor>, collage::exec::executor::Executable) {
-    let mw = w.for_module(m);
-    let x = executor::compile(m, &mw, opts).unwrap_or_else(|d| panic!("{d:?}"));
-    let inputs: Vec<Arc<Tensor>> = x
-        .inputs
-        .iter()
-        .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-        .collect();
-    let out = x.run(&inputs).unwrap_or_else(|d| panic!("{d:?}"));
-    let flat = out
-        .value
-        .flatten()
-        .into_iter()
-        .map(|t| (**t).clone())
-        .collect();
-    (flat, x)
-}
-
 #[test]
 fn fuse_groups_run_as_one_kernel_each_with_the_same_bits() {
     for name in ["mnist", "resnet50", "gpt2_extract"] {
         let m = crate::support::load_ok(&root().join(format!("tests/models/{name}.relay")));
         let w = Weights::new(3);
-        let (plain, px) = run_model(&m, &w, &Options::default());
+        let (plain, px) = run_model(&m, &w, &Options::default(), None);
         let grouped_opts = Options {
             grouping: Some(Box::new(FuseGrouping)),
             ..Options::default()
         };
-        let (grouped, gx) = run_model(&m, &w, &grouped_opts);
+        let (grouped, gx) = run_model(&m, &w, &grouped_opts, None);
         assert_eq!(plain, grouped, "{name}");
         assert!(
             gx.kernels().len() < px.kernels().len(),
@@ -684,7 +662,7 @@ def @main(%x: Tensor[(2, 4), float32]) {
 }"#;
     let m = load_text_ok("picky.relay", text);
     let w = Weights::new(5);
-    let (reference, _) = run_model(&m, &w, &Options::default());
+    let (reference, _) = run_model(&m, &w, &Options::default(), None);
     let picky = Picky {
         compiled: Arc::new(Default::default()),
         prepared: Arc::new(Default::default()),
@@ -696,7 +674,7 @@ def @main(%x: Tensor[(2, 4), float32]) {
         },
         ..Options::default()
     };
-    let (out, x) = run_model(&m, &w, &opts);
+    let (out, x) = run_model(&m, &w, &opts, None);
     assert_eq!(out, reference);
     assert_eq!((compiled.load(SeqCst), prepared.load(SeqCst)), (1, 3));
     let backends: Vec<&str> = x.kernels().iter().map(|k| k.backend.as_str()).collect();

@@ -25,7 +25,7 @@
 //! libraries sum in other orders (blocked GEMMs, folded batch norms) and evaluate `tanh`, `erf`
 //! and `exp` with their own vectorised approximations.
 
-use crate::support::{collage_in, load_text_ok, root};
+use crate::support::{collage_in, load_text_ok, root, run_model};
 use collage::backend::dnnl::DnnlBackend;
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config as NativeConfig, Native};
@@ -84,32 +84,7 @@ fn run_module(
     threads: usize,
     inputs: Option<&[Arc<Tensor>]>,
 ) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
-    let w = Weights::new(1);
-    let mw = w.for_module(m);
-    let opts = Options {
-        threads,
-        backends: Backends { list: backends },
-        grouping: None,
-    };
-    let x = executor::compile(m, &mw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
-    let ins: Vec<Arc<Tensor>> = match inputs {
-        Some(i) => i.to_vec(),
-        None => x
-            .inputs
-            .iter()
-            .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-            .collect(),
-    };
-    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
-    let flat = out
-        .value
-        .flatten()
-        .into_iter()
-        .map(|t| (**t).clone())
-        .collect();
-    let kernels = x.kernels().iter().map(|k| k.backend.clone()).collect();
-    let warnings = x.warnings.iter().map(|d| d.message.clone()).collect();
-    (flat, kernels, warnings)
+    run_with(m, backends, threads, inputs, None)
 }
 
 /// The outputs of a plan's `@main` run as `collage run --backend auto` runs it: `backends`
@@ -120,26 +95,28 @@ fn run_plan(
     backends: Vec<Arc<dyn Backend>>,
     threads: usize,
 ) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
-    let w = Weights::new(1);
-    let mw = w.for_module(m);
+    run_with(
+        m,
+        backends,
+        threads,
+        None,
+        Some(Box::new(FuseGrouping::default())),
+    )
+}
+
+fn run_with(
+    m: &Module,
+    backends: Vec<Arc<dyn Backend>>,
+    threads: usize,
+    inputs: Option<&[Arc<Tensor>]>,
+    grouping: Option<Box<FuseGrouping>>,
+) -> (Vec<Tensor>, Vec<String>, Vec<String>) {
     let opts = Options {
         threads,
         backends: Backends { list: backends },
-        grouping: Some(Box::new(FuseGrouping::default())),
+        grouping: grouping.map(|g| g as _),
     };
-    let x = executor::compile(m, &mw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
-    let ins: Vec<Arc<Tensor>> = x
-        .inputs
-        .iter()
-        .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-        .collect();
-    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
-    let flat = out
-        .value
-        .flatten()
-        .into_iter()
-        .map(|t| (**t).clone())
-        .collect();
+    let (flat, x) = run_model(m, &Weights::new(1), &opts, inputs);
     let kernels = x.kernels().iter().map(|k| k.backend.clone()).collect();
     let warnings = x.warnings.iter().map(|d| d.message.clone()).collect();
     (flat, kernels, warnings)
@@ -1162,6 +1139,9 @@ fn normalisation_softmax_gelu_and_pooling() {
         ),
         ("dnnl.gelu_erf", "multiply(multiply(%a0, add(erf(multiply(%a0, 0.707107f)), 1f)), 0.5f)", vec![(x, false)]),
         ("dnnl.max_pool2d", "nn.max_pool2d(%a0, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])", vec![(&img, false)]),
+        // Windows made of padding only: the lowest finite float, in oneDNN as in TVM and the
+        // interpreter.
+        ("dnnl.max_pool2d", "nn.max_pool2d(%a0, pool_size=[2, 2], padding=[0, 0, 2, 2])", vec![(&img, false)]),
         ("dnnl.avg_pool2d", "nn.avg_pool2d(%a0, pool_size=[3, 3], strides=[2, 2], padding=[1, 0, 1, 0])", vec![(&img, false)]),
         ("dnnl.avg_pool2d", "nn.avg_pool2d(%a0, pool_size=[2, 2], padding=[1, 1], count_include_pad=True)", vec![(&img, false)]),
         ("dnnl.global_avg_pool2d", "nn.global_avg_pool2d(%a0)", vec![(&img, false)]),
@@ -1246,9 +1226,8 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
 
 /// TVM's table checks no dtypes: its entries match float16 dense layers, which oneDNN 2.6 and
 /// sgemm cannot run; a shape and an attribute value a primitive rejects (a rank-1 layer norm,
-/// average pooling windows made of padding only); a GELU chain with other constants; max
-/// pooling windows made of padding only, which oneDNN would fill differently from the
-/// interpreter. Each is unsupported with a reason, falls back to the interpreter with W2310,
+/// average pooling windows made of padding only); a GELU chain with other constants. Each is
+/// unsupported with a reason, falls back to the interpreter with W2310,
 /// and the run gives the interpreter's outputs, never a crash.
 #[test]
 fn unsupported_composites_fall_back() {
@@ -1298,16 +1277,6 @@ fn unsupported_composites_fall_back() {
                 "nn.avg_pool2d(%a0, pool_size=[2, 2], padding=[3, 3, 3, 3])",
             ),
             "oneDNN has no pooling for these shapes and attributes",
-        ),
-        (
-            // oneDNN accepts it but fills such windows with the lowest float, not -inf.
-            partition(
-                "dnnl",
-                "dnnl.max_pool2d",
-                &[(&t4(1, 4, 9, 9), false)],
-                "nn.max_pool2d(%a0, pool_size=[2, 2], padding=[0, 0, 2, 2])",
-            ),
-            "windows made of padding only",
         ),
         (
             partition(

@@ -63,16 +63,17 @@ fn a_rule_fusing_everything_stops_at_the_candidate_limit() {
         ],
     );
     insta::assert_snapshot!("candidate_limit", err);
-    for s in [
-        "error[E2203]",
-        "target `everything` has more than 1000 candidates",
-        "fuse-everything.rules:5:8",
-        "the rule that grew: `combine [by_kind(O->O)] max_depth=1000`",
-        "`--max-candidates N`",
-        "`--tvm-max-depth`",
-    ] {
-        assert!(err.contains(s), "lacks `{s}`:\n{err}");
-    }
+    assert_mentions(
+        &err,
+        &[
+            "error[E2203]",
+            "target `everything` has more than 1000 candidates",
+            "fuse-everything.rules:5:8",
+            "the rule that grew: `combine [by_kind(O->O)] max_depth=1000`",
+            "`--max-candidates N`",
+            "`--tvm-max-depth`",
+        ],
+    );
 }
 
 #[test]
@@ -134,15 +135,16 @@ fn associativity_stops_at_the_enode_limit() {
     let args = ["--rules", "associative.rules", "--max-enodes", "100"];
     let err = fails_both("adds.relay", &args);
     insta::assert_snapshot!("enode_limit", err);
-    for s in [
-        "error[E2201]",
-        "more than 100 e-nodes",
-        "associative.rules:15:1",
-        "this equivalence keeps adding e-nodes",
-        "`--max-enodes N`",
-    ] {
-        assert!(err.contains(s), "lacks `{s}`:\n{err}");
-    }
+    assert_mentions(
+        &err,
+        &[
+            "error[E2201]",
+            "more than 100 e-nodes",
+            "associative.rules:15:1",
+            "this equivalence keeps adding e-nodes",
+            "`--max-enodes N`",
+        ],
+    );
     // At the default limit, matching it stops first (16 partial matches per e-node allowed).
     let err = fails(&["candidates", "adds.relay", "--rules", "associative.rules"]);
     assert!(err.contains("error[E2201]"), "{err}");
@@ -154,14 +156,15 @@ fn associativity_stops_at_the_iteration_limit() {
     let args = ["--rules", "associative.rules", "--max-egraph-iters", "1"];
     let err = fails_both("adds.relay", &args);
     insta::assert_snapshot!("iteration_limit", err);
-    for s in [
-        "error[E2202]",
-        "after 1 round (`--max-egraph-iters`)",
-        "associative.rules:15:1",
-        "`--max-egraph-iters N`",
-    ] {
-        assert!(err.contains(s), "lacks `{s}`:\n{err}");
-    }
+    assert_mentions(
+        &err,
+        &[
+            "error[E2202]",
+            "after 1 round (`--max-egraph-iters`)",
+            "associative.rules:15:1",
+            "`--max-egraph-iters N`",
+        ],
+    );
 }
 
 #[test]
@@ -239,5 +242,12 @@ fn a_limit_error_names_the_bound_and_the_target() {
         ) => assert_eq!(e.flag(), "--max-candidates"),
         Err(e) => panic!("{e:?}"),
         Ok(_) => panic!("no limit reached"),
+    }
+}
+
+/// Asserts that the diagnostic `err` contains each of `wanted`.
+fn assert_mentions(err: &str, wanted: &[&str]) {
+    for s in wanted {
+        assert!(err.contains(s), "lacks `{s}`:\n{err}");
     }
 }

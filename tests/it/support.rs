@@ -178,3 +178,34 @@ pub fn assert_tvm_device_syntax(name: &str, text: &str) {
         "{name}: device references and metadata section disagree:\n{text}"
     );
 }
+
+/// Compiles `@main` of `m` with `opts` and runs it once on `inputs`, or on inputs drawn from
+/// `w`; the outputs, flattened, and the executable.
+pub fn run_model(
+    m: &Module,
+    w: &collage::exec::data::Weights,
+    opts: &collage::exec::executor::Options,
+    inputs: Option<&[std::sync::Arc<collage::exec::tensor::Tensor>]>,
+) -> (
+    Vec<collage::exec::tensor::Tensor>,
+    collage::exec::executor::Executable,
+) {
+    let mw = w.for_module(m);
+    let x = collage::exec::executor::compile(m, &mw, opts).unwrap_or_else(|d| panic!("{d:?}"));
+    let ins: Vec<_> = match inputs {
+        Some(i) => i.to_vec(),
+        None => x
+            .inputs
+            .iter()
+            .map(|i| std::sync::Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+            .collect(),
+    };
+    let out = x.run(&ins).unwrap_or_else(|d| panic!("{d:?}"));
+    let flat = out
+        .value
+        .flatten()
+        .into_iter()
+        .map(|t| (**t).clone())
+        .collect();
+    (flat, x)
+}

@@ -709,15 +709,8 @@ fn pool(
     let kernel = per_axis(&at.ints("pool_size")?, 2, "pool_size")?;
     let strides = per_axis(&at.ints("strides")?, 2, "strides")?;
     let (pad_l, pad_r) = padding(&at.ints("padding")?, 2)?;
-    let whole_window_padded = (0..2).any(|i| pad_l[i] >= kernel[i] || pad_r[i] >= kernel[i]);
-    if name == "nn.max_pool2d" && whole_window_padded {
-        // oneDNN accepts it and writes the lowest finite float where a window holds padding
-        // only; the interpreter (the oracle) writes -inf there.
-        return Err(format!(
-            "`{name}` with padding {pad_l:?}/{pad_r:?} not below pool_size {kernel:?} (windows \
-             made of padding only)"
-        ));
-    }
+    // Windows made of padding only: oneDNN writes the lowest finite float for max pooling, as
+    // TVM and the interpreter do (average pooling with them is rejected by oneDNN itself).
     let alg = if name == "nn.max_pool2d" {
         Alg::POOLING_MAX
     } else if at.bool("count_include_pad", false) {
@@ -872,8 +865,8 @@ fn eltwise_alg(name: &str) -> Option<Alg> {
     })
 }
 
-/// `shape` right-aligned to `rank` (leading ones), if it broadcasts to `full`.
-fn aligned(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
+/// `shape` right-aligned to the rank of `full` (leading ones), if it broadcasts to `full`.
+pub(super) fn aligned(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
     if shape.len() > full.len() {
         return None;
     }

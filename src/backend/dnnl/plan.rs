@@ -345,6 +345,25 @@ impl Builder<'_> {
         Ok(attr)
     }
 
+    /// The attributes of a primitive that takes `posts` (no post-op list at all when there are
+    /// none), with the values its `sum` and binary post-ops read ([`Builder::post_ops`]).
+    #[allow(clippy::type_complexity)]
+    fn attr_of(
+        &mut self,
+        posts: &[Post],
+        args: &[ValueId],
+        anchor_shape: &[usize],
+        prim_dims: &[i64],
+    ) -> Result<(ffi::Attr, Option<ValueId>, Vec<(c_int, ValueId)>), Reason> {
+        let (po, sum, binaries) = self.post_ops(posts, args, anchor_shape, prim_dims)?;
+        let attr = if posts.is_empty() {
+            self.plain_attr()?
+        } else {
+            self.attr(&po)?
+        };
+        Ok((attr, sum, binaries))
+    }
+
     fn plain_attr(&self) -> Result<ffi::Attr, Reason> {
         let mut attr = self.d.attr().map_err(|e| e.to_string())?;
         attr.set_user_scratchpad().map_err(|e| e.to_string())?;
@@ -824,12 +843,7 @@ impl Builder<'_> {
                     flags |= sys::USE_SHIFT;
                 }
                 let dims = dims_i64(shape);
-                let (po, sum, binaries) = self.post_ops(posts, args, shape, &dims)?;
-                let attr = if posts.is_empty() {
-                    self.plain_attr()?
-                } else {
-                    self.attr(&po)?
-                };
+                let (attr, sum, binaries) = self.attr_of(posts, args, shape, &dims)?;
                 let x = self.operand(data, args)?;
                 let eps = *eps;
                 let (x, pd) = self.same_layout(x, "layer normalization", &|b, md| {
@@ -848,12 +862,7 @@ impl Builder<'_> {
             }
             Anchor::Softmax { data, axis, shape } => {
                 let dims = dims_i64(shape);
-                let (po, sum, binaries) = self.post_ops(posts, args, shape, &dims)?;
-                let attr = if posts.is_empty() {
-                    self.plain_attr()?
-                } else {
-                    self.attr(&po)?
-                };
+                let (attr, sum, binaries) = self.attr_of(posts, args, shape, &dims)?;
                 let x = self.operand(data, args)?;
                 let axis = *axis;
                 let (x, pd) = self.same_layout(x, "softmax", &|b, md| {
@@ -882,12 +891,7 @@ impl Builder<'_> {
                 out_shape,
             } => {
                 let dims = dims_i64(out_shape);
-                let (po, sum, binaries) = self.post_ops(posts, args, out_shape, &dims)?;
-                let attr = if posts.is_empty() {
-                    self.plain_attr()?
-                } else {
-                    self.attr(&po)?
-                };
+                let (attr, sum, binaries) = self.attr_of(posts, args, out_shape, &dims)?;
                 let dst_any = self.any_md(&dims)?;
                 let x = self.operand(data, args)?;
                 let alg = *alg;
@@ -915,12 +919,7 @@ impl Builder<'_> {
                 shape,
             } => {
                 let dims = dims_i64(shape);
-                let (po, sum, binaries) = self.post_ops(posts, args, shape, &dims)?;
-                let attr = if posts.is_empty() {
-                    self.plain_attr()?
-                } else {
-                    self.attr(&po)?
-                };
+                let (attr, sum, binaries) = self.attr_of(posts, args, shape, &dims)?;
                 let x = self.operand(data, args)?;
                 let (alg, alpha, beta) = (*alg, *alpha, *beta);
                 let (x, pd) = self.same_layout(x, "eltwise", &|b, md| {
@@ -954,15 +953,10 @@ impl Builder<'_> {
                 }
                 let dims = dims_i64(out_shape);
                 let b_al = dims_i64(
-                    &composite_aligned(b_shape, out_shape)
+                    &composite::aligned(b_shape, out_shape)
                         .ok_or("a binary operation whose operands do not broadcast")?,
                 );
-                let (po, sum, binaries) = self.post_ops(posts, args, out_shape, &dims)?;
-                let attr = if posts.is_empty() {
-                    self.plain_attr()?
-                } else {
-                    self.attr(&po)?
-                };
+                let (attr, sum, binaries) = self.attr_of(posts, args, out_shape, &dims)?;
                 let av = self.operand(a, args)?;
                 let bv = self.operand(b, args)?;
                 let b_md = self.plain_md(&b_al)?;
@@ -988,18 +982,6 @@ impl Builder<'_> {
         let _ = d;
         self.reshape(out, &dims_i64(&comp.out_shape))
     }
-}
-
-fn composite_aligned(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
-    if shape.len() > full.len() {
-        return None;
-    }
-    let mut v = vec![1usize; full.len() - shape.len()];
-    v.extend_from_slice(shape);
-    v.iter()
-        .zip(full)
-        .all(|(&a, &b)| a == 1 || a == b)
-        .then_some(v)
 }
 
 /// A post-op operand's extents on the primitive's destination: the Relay shape (aligned to

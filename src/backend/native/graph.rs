@@ -799,10 +799,16 @@ impl OpCx<'_, '_> {
                 let o = out(0)?;
                 Ok(Val::T(self.push(NOp::LeakyRelu(a, alpha), o.dims, o.dtype)))
             }
-            "cast" => {
+            // One operand, the result's shape and dtype as inferred.
+            "cast" | "reshape" | "expand_dims" | "squeeze" | "broadcast_to" => {
                 let a = self.arg(args, 0)?;
                 let o = out(0)?;
-                Ok(Val::T(self.push(NOp::Cast(a), o.dims, o.dtype)))
+                let op = match name {
+                    "cast" => NOp::Cast(a),
+                    "broadcast_to" => NOp::Broadcast(a),
+                    _ => NOp::Reshape(a),
+                };
+                Ok(Val::T(self.push(op, o.dims, o.dtype)))
             }
             "where" => {
                 let (c, x, y) = (self.arg(args, 0)?, self.arg(args, 1)?, self.arg(args, 2)?);
@@ -811,11 +817,6 @@ impl OpCx<'_, '_> {
                     return Err(self.err("`where` with branches of different dtypes"));
                 }
                 Ok(Val::T(self.push(NOp::Where(c, x, y), o.dims, o.dtype)))
-            }
-            "reshape" | "expand_dims" | "squeeze" => {
-                let a = self.arg(args, 0)?;
-                let o = out(0)?;
-                Ok(Val::T(self.push(NOp::Reshape(a), o.dims, o.dtype)))
             }
             "transpose" => {
                 let a = self.arg(args, 0)?;
@@ -833,11 +834,6 @@ impl OpCx<'_, '_> {
                 }
                 let o = out(0)?;
                 Ok(Val::T(self.push(NOp::Transpose(a, perm), o.dims, o.dtype)))
-            }
-            "broadcast_to" => {
-                let a = self.arg(args, 0)?;
-                let o = out(0)?;
-                Ok(Val::T(self.push(NOp::Broadcast(a), o.dims, o.dtype)))
             }
             "layout_transform" => {
                 let a = self.arg(args, 0)?;

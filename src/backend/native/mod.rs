@@ -39,7 +39,7 @@ pub(crate) mod index;
 use crate::backend::{
     Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
 };
-use crate::exec::tensor::{elem_size, Tensor};
+use crate::exec::tensor::{self, elem_size, Storage, Tensor};
 use cache::Cache;
 use compile::Compiler;
 use emit::prelude::{prelude, Feature, Isa};
@@ -586,22 +586,17 @@ struct NativeKernel {
     threads: usize,
 }
 
-/// A 64-byte aligned byte buffer.
-struct Aligned {
-    buf: Vec<u8>,
-}
+/// A zeroed buffer of at least `bytes` bytes on a cache line (tensor storage).
+struct Aligned(Storage);
 
 impl Aligned {
     fn new(bytes: usize) -> Aligned {
-        Aligned {
-            buf: vec![0u8; bytes + 64],
-        }
+        Aligned(
+            Storage::zeroed(bytes.div_ceil(tensor::ALIGN)).unwrap_or_else(|e| panic!("{}", e.0)),
+        )
     }
     fn ptr(&mut self) -> *mut u8 {
-        let p = self.buf.as_mut_ptr();
-        let off = p.align_offset(64);
-        // SAFETY: the buffer has 64 spare bytes, so the aligned pointer stays inside it.
-        unsafe { p.add(off) }
+        self.0.as_bytes_mut().as_mut_ptr()
     }
 }
 

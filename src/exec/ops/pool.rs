@@ -25,6 +25,8 @@ struct Window {
     pad: [usize; 4],
     max: bool,
     count_include_pad: bool,
+    /// Where max pooling starts: the lowest finite value of the dtype.
+    lowest: f32,
 }
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
@@ -42,6 +44,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
         ));
     }
     let global = c.op.name.starts_with("nn.global");
+    let lowest = -d.dtype.float_max().unwrap_or(f32::MAX);
     let win = if global {
         Window {
             size: (d.dims[hpos], d.dims[wpos]),
@@ -50,6 +53,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             pad: [0; 4],
             max: c.op.name == "nn.global_max_pool2d",
             count_include_pad: false,
+            lowest,
         }
     } else {
         Window {
@@ -59,6 +63,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             pad: padding4(&c.ints("padding")?)?,
             max: c.op.name == "nn.max_pool2d",
             count_include_pad: c.op.name == "nn.avg_pool2d" && c.bool("count_include_pad")?,
+            lowest,
         }
     };
     let ceil = !global && c.bool("ceil_mode")?;
@@ -115,7 +120,8 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
 }
 
 /// Pools `x` (shape `dims`) into `out` (shape `pooled`, same layout). Window taps outside the
-/// input are skipped for max pooling (an all-padding window gives `-inf`) and count as zeros
+/// input are skipped for max pooling, which starts from the dtype's lowest finite value (as
+/// TVM pads with it: an all-padding window gives that value, not `-inf`), and count as zeros
 /// for average pooling only with `count_include_pad` (then the divisor is the number of taps
 /// inside the padded input; otherwise the number inside the input).
 fn pool(
@@ -137,7 +143,7 @@ fn pool(
             .map(|k| coord[k] * st[k])
             .sum();
         let (oy, ox) = (coord[hpos], coord[wpos]);
-        let mut acc = if win.max { f32::NEG_INFINITY } else { 0.0 };
+        let mut acc = if win.max { win.lowest } else { 0.0 };
         let mut count = 0usize;
         for i in 0..win.size.0 {
             let iy = (oy * win.stride.0 + i * win.dilation.0) as isize - win.pad[0] as isize;

@@ -1,7 +1,8 @@
 //! Reductions: `sum`, `mean`, `max` and `min` over `axis` (all axes when `None`; the others
 //! with `exclude`), with `keepdims`. Elements are visited in row-major order of the reduced
-//! axes. Empty reductions give the identity: 0 for `sum`, NaN for `mean` (0 / 0), `-inf` for
-//! `max` and `+inf` for `min`.
+//! axes. Empty reductions give the identity: 0 for `sum`, NaN for `mean` (0 / 0), and, as TVM's
+//! reducers start from the dtype's `min_value`/`max_value`, the lowest finite value for `max`
+//! and the largest for `min` (so the max of `-inf`s is the lowest finite value too).
 
 use super::{op, Call, OpImpl, Reason};
 use crate::exec::tensor::strides;
@@ -36,6 +37,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     if c.opt_ints("axis").is_some() && c.bool("exclude")? {
         reduced.iter_mut().for_each(|x| *x = !*x);
     }
+    let big = d.dtype.float_max().unwrap_or(f32::MAX);
     let kind = match c.op.name {
         "sum" => Kind::Sum,
         "mean" => Kind::Mean,
@@ -67,8 +69,8 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
                 }
                 let mut acc = match kind {
                     Kind::Sum | Kind::Mean => 0f32,
-                    Kind::Max => f32::NEG_INFINITY,
-                    Kind::Min => f32::INFINITY,
+                    Kind::Max => -big,
+                    Kind::Min => big,
                 };
                 let mut add = |v: f32| match kind {
                     Kind::Sum | Kind::Mean => acc += v,

@@ -272,18 +272,31 @@ fn operand_args(cx: &Cx<'_>, n: NodeId) -> Option<Vec<usize>> {
 
 /// Generates a pack function for a constant operand; returns the pack's index.
 fn prepack(cx: &mut Cx<'_>, operand: NodeId, kind: Kind, d: Dims, side: Side) -> Option<usize> {
+    let floats = d.batch
+        * match side {
+            Side::A => d.a_size(),
+            Side::B => d.b_size(),
+        };
+    pack_fn(cx, operand, floats, |cx, par| {
+        pack(cx, kind, d, side, "D", None, par)
+    })
+}
+
+/// Generates a pack function (`SYM_packJ(A, D, nt)`: the kernel's arguments `A` packed into
+/// `D`, `floats` floats, by `body`, told whether to run in parallel) for an operand that reads
+/// only kernel arguments; returns the pack's index. `None` when the operand reads a buffer the
+/// kernel computes, or literals alone (packed at run time).
+fn pack_fn(
+    cx: &mut Cx<'_>,
+    operand: NodeId,
+    floats: usize,
+    body: impl FnOnce(&mut Cx<'_>, bool),
+) -> Option<usize> {
     let args = operand_args(cx, operand)?;
     if args.is_empty() {
-        // A literal-only operand (rare) is packed at run time.
         return None;
     }
     let j = cx.packs.len();
-    let floats = d.batch
-        * if side == Side::A {
-            d.a_size()
-        } else {
-            d.b_size()
-        };
     cx.packs.push(super::Pack {
         args,
         bytes: floats * 4,
@@ -309,10 +322,7 @@ fn prepack(cx: &mut Cx<'_>, operand: NodeId, kind: Kind, d: Dims, side: Side) ->
         ));
     }
     let par = cx.parallel_for(floats);
-    match side {
-        Side::A => pack_a(cx, kind, d, "D", None, par),
-        Side::B => pack_b(cx, kind, d, "D", None, par),
-    }
+    body(cx, par);
     cx.indent = 0;
     cx.line("}");
     let text = std::mem::replace(&mut cx.text, saved_text);
@@ -323,87 +333,34 @@ fn prepack(cx: &mut Cx<'_>, operand: NodeId, kind: Kind, d: Dims, side: Side) ->
     Some(j)
 }
 
-/// Packs `A` into `dst` (`[batch][tiles][K][MR]`): every batch when `only` is `None`, else the
-/// one batch `only` (a C expression) into `dst` directly.
-fn pack_a(cx: &mut Cx<'_>, kind: Kind, d: Dims, dst: &str, only: Option<&Ix>, par: bool) {
-    let (mr, k) = (d.mr, d.k);
-    let tiles = d.mtiles();
-    let b: Ix = match only {
-        Some(b) => b.clone(),
-        None => {
-            let name = cx.fresh("pb");
-            let bv = cx.vars.fresh(name.clone(), d.batch);
-            if par {
-                cx.omp(2);
-            }
-            cx.open(format!(
-                "for (long {name} = 0; {name} < {}L; {name}++)",
-                d.batch
-            ));
-            Ix::var(bv)
-        }
-    };
-    let base = match only {
-        Some(_) => "0L".to_string(),
-        None => format!("{}L * {}", d.a_size(), b.c(&cx.vars)),
-    };
-    let t = cx.fresh("pt");
-    cx.open(format!("for (long {t} = 0; {t} < {tiles}L; {t}++)"));
-    let ii = cx.fresh("pi");
-    let kk = cx.fresh("pk");
-    let dst_at = format!("{dst}[{base} + ({t} * {k}L + {kk}) * {mr}L + {ii}]");
-    let ivar_name = cx.fresh("r");
-    if a_k_inner(kind) {
-        cx.open(format!("for (long {ii} = 0; {ii} < {mr}L; {ii}++)"));
-        cx.line(format!("const long {ivar_name} = {t} * {mr}L + {ii};"));
-        cx.open(format!("if ({ivar_name} < {}L)", d.m));
-        let iv = cx.vars.fresh(ivar_name.clone(), d.m);
-        cx.open(format!("for (long {kk} = 0; {kk} < {k}L; {kk}++)"));
-        let kv = cx.vars.fresh(kk.clone(), k);
-        let v = a_at(cx, kind, &b, &Ix::var(iv), &Ix::var(kv));
-        cx.line(format!(
-            "{dst_at} = {};",
-            super::scalar::convert(&v, Class::F)
-        ));
-        cx.close();
-        cx.close();
-        cx.open("else");
-        cx.line(format!(
-            "for (long {kk} = 0; {kk} < {k}L; {kk}++) {dst_at} = 0.0f;"
-        ));
-        cx.close();
-        cx.close();
-    } else {
-        cx.open(format!("for (long {kk} = 0; {kk} < {k}L; {kk}++)"));
-        let kv = cx.vars.fresh(kk.clone(), k);
-        cx.open(format!("for (long {ii} = 0; {ii} < {mr}L; {ii}++)"));
-        cx.line(format!("const long {ivar_name} = {t} * {mr}L + {ii};"));
-        let iv = cx.vars.fresh(ivar_name.clone(), d.m);
-        cx.open(format!("if ({ivar_name} < {}L)", d.m));
-        let v = a_at(cx, kind, &b, &Ix::var(iv), &Ix::var(kv));
-        cx.line(format!(
-            "{dst_at} = {};",
-            super::scalar::convert(&v, Class::F)
-        ));
-        cx.close();
-        cx.line(format!("else {dst_at} = 0.0f;"));
-        cx.close();
-        cx.close();
-    }
-    cx.close();
-    if only.is_none() {
-        cx.close();
-    }
-}
-
-/// Packs `B` into `dst` (`[batch][panels][K][NR]`), like [`pack_a`]. Convolutions use
-/// [`im2col`].
-fn pack_b(cx: &mut Cx<'_>, kind: Kind, d: Dims, dst: &str, only: Option<&Ix>, par: bool) {
-    if let Kind::Conv(data, _, g) = kind {
+/// Packs one operand into `dst`: `A` as `[batch][tiles][K][MR]`, `B` as `[batch][panels][K][NR]`
+/// (a convolution's `B` through [`im2col`]); every batch when `only` is `None`, else the one
+/// batch `only` (a C expression) into `dst` directly. Rows past the operand's extent are zero.
+fn pack(cx: &mut Cx<'_>, kind: Kind, d: Dims, side: Side, dst: &str, only: Option<&Ix>, par: bool) {
+    if let (Side::B, Kind::Conv(data, _, g)) = (side, kind) {
         return im2col(cx, data, g, d, dst, only, par);
     }
-    let (nr, k) = (d.nr, d.k);
-    let panels = d.panels();
+    // Per side: rows of a tile, extent, tiles, floats per batch, whether the source is
+    // contiguous along `k`, and the names of the tile, row-in-tile and row variables.
+    let (r, extent, tiles, size, k_inner, names) = match side {
+        Side::A => (
+            d.mr,
+            d.m,
+            d.mtiles(),
+            d.a_size(),
+            a_k_inner(kind),
+            ["pt", "pi", "r"],
+        ),
+        Side::B => (
+            d.nr,
+            d.n,
+            d.panels(),
+            d.b_size(),
+            b_k_inner(kind),
+            ["pp", "pj", "c"],
+        ),
+    };
+    let k = d.k;
     let b: Ix = match only {
         Some(b) => b.clone(),
         None => {
@@ -421,29 +378,34 @@ fn pack_b(cx: &mut Cx<'_>, kind: Kind, d: Dims, dst: &str, only: Option<&Ix>, pa
     };
     let base = match only {
         Some(_) => "0L".to_string(),
-        None => format!("{}L * {}", d.b_size(), b.c(&cx.vars)),
+        None => format!("{size}L * {}", b.c(&cx.vars)),
     };
-    let p = cx.fresh("pp");
+    let t = cx.fresh(names[0]);
     if par && only.is_some() {
         cx.omp(1);
     }
-    cx.open(format!("for (long {p} = 0; {p} < {panels}L; {p}++)"));
-    let jj = cx.fresh("pj");
+    cx.open(format!("for (long {t} = 0; {t} < {tiles}L; {t}++)"));
+    let ii = cx.fresh(names[1]);
     let kk = cx.fresh("pk");
-    let jname = cx.fresh("c");
-    let dst_at = format!("{dst}[{base} + ({p} * {k}L + {kk}) * {nr}L + {jj}]");
-    if b_k_inner(kind) {
-        cx.open(format!("for (long {jj} = 0; {jj} < {nr}L; {jj}++)"));
-        cx.line(format!("const long {jname} = {p} * {nr}L + {jj};"));
-        cx.open(format!("if ({jname} < {}L)", d.n));
-        let jv = cx.vars.fresh(jname.clone(), d.n);
+    let row = cx.fresh(names[2]);
+    let dst_at = format!("{dst}[{base} + ({t} * {k}L + {kk}) * {r}L + {ii}]");
+    let at = |cx: &mut Cx<'_>, rv, kv| {
+        let (rv, kv) = (Ix::var(rv), Ix::var(kv));
+        let v = match side {
+            Side::A => a_at(cx, kind, &b, &rv, &kv),
+            Side::B => b_at(cx, kind, &b, &kv, &rv),
+        };
+        format!("{dst_at} = {};", super::scalar::convert(&v, Class::F))
+    };
+    if k_inner {
+        cx.open(format!("for (long {ii} = 0; {ii} < {r}L; {ii}++)"));
+        cx.line(format!("const long {row} = {t} * {r}L + {ii};"));
+        cx.open(format!("if ({row} < {extent}L)"));
+        let rv = cx.vars.fresh(row.clone(), extent);
         cx.open(format!("for (long {kk} = 0; {kk} < {k}L; {kk}++)"));
         let kv = cx.vars.fresh(kk.clone(), k);
-        let v = b_at(cx, kind, &b, &Ix::var(kv), &Ix::var(jv));
-        cx.line(format!(
-            "{dst_at} = {};",
-            super::scalar::convert(&v, Class::F)
-        ));
+        let line = at(cx, rv, kv);
+        cx.line(line);
         cx.close();
         cx.close();
         cx.open("else");
@@ -455,15 +417,12 @@ fn pack_b(cx: &mut Cx<'_>, kind: Kind, d: Dims, dst: &str, only: Option<&Ix>, pa
     } else {
         cx.open(format!("for (long {kk} = 0; {kk} < {k}L; {kk}++)"));
         let kv = cx.vars.fresh(kk.clone(), k);
-        cx.open(format!("for (long {jj} = 0; {jj} < {nr}L; {jj}++)"));
-        cx.line(format!("const long {jname} = {p} * {nr}L + {jj};"));
-        let jv = cx.vars.fresh(jname.clone(), d.n);
-        cx.open(format!("if ({jname} < {}L)", d.n));
-        let v = b_at(cx, kind, &b, &Ix::var(kv), &Ix::var(jv));
-        cx.line(format!(
-            "{dst_at} = {};",
-            super::scalar::convert(&v, Class::F)
-        ));
+        cx.open(format!("for (long {ii} = 0; {ii} < {r}L; {ii}++)"));
+        cx.line(format!("const long {row} = {t} * {r}L + {ii};"));
+        let rv = cx.vars.fresh(row.clone(), extent);
+        cx.open(format!("if ({row} < {extent}L)"));
+        let line = at(cx, rv, kv);
+        cx.line(line);
         cx.close();
         cx.line(format!("else {dst_at} = 0.0f;"));
         cx.close();
@@ -647,7 +606,7 @@ fn batched(
         None => {
             thread_scratch(cx, "Ap", per);
             per += d.a_size();
-            pack_a(cx, kind, d, "Ap", Some(&b), false);
+            pack(cx, kind, d, Side::A, "Ap", Some(&b), false);
             "Ap".to_string()
         }
     };
@@ -656,7 +615,7 @@ fn batched(
         None => {
             thread_scratch(cx, "Bq", per);
             per += d.b_size();
-            pack_b(cx, kind, d, "Bq", Some(&b), false);
+            pack(cx, kind, d, Side::B, "Bq", Some(&b), false);
             "Bq".to_string()
         }
     };
@@ -713,7 +672,7 @@ fn blocked(
             let off = cx.scratch_total.next_multiple_of(64);
             cx.scratch_total = off + d.b_size() * 4;
             cx.line(format!("float* restrict Bs = (float*)(S + {off}L);"));
-            pack_b(cx, kind, d, "Bs", Some(&b), par);
+            pack(cx, kind, d, Side::B, "Bs", Some(&b), par);
             "Bs".to_string()
         }
     };
@@ -1174,44 +1133,9 @@ fn pack_weights_fn(
     nr: usize,
     floats: usize,
 ) -> Option<usize> {
-    let args = operand_args(cx, w)?;
-    if args.is_empty() {
-        return None;
-    }
-    let j = cx.packs.len();
-    cx.packs.push(super::Pack {
-        args,
-        bytes: floats * 4,
-    });
-    let saved_text = std::mem::take(&mut cx.text);
-    let saved_indent = cx.indent;
-    let saved_memo = std::mem::replace(&mut cx.memo, vec![Default::default()]);
-    cx.in_pack = true;
-    cx.indent = 0;
-    cx.line(format!(
-        "void {}_pack{j}(void* const* restrict A, float* restrict D, int nt) {{",
-        super::SYM
-    ));
-    cx.indent = 1;
-    cx.line("int err = 0; (void)err; (void)nt;");
-    for (i, a) in cx.g().args.iter().enumerate() {
-        let t = super::scalar::storage(a.shape.dtype);
-        cx.line(format!(
-            "const {t}* restrict {} = (const {t}*)A[{i}]; (void){};",
-            Cx::arg_name(i),
-            Cx::arg_name(i)
-        ));
-    }
-    let par = cx.parallel_for(floats);
-    pack_weights(cx, w, g, nr, "D", par);
-    cx.indent = 0;
-    cx.line("}");
-    let text = std::mem::replace(&mut cx.text, saved_text);
-    cx.pack_fns.push_str(&text);
-    cx.indent = saved_indent;
-    cx.memo = saved_memo;
-    cx.in_pack = false;
-    Some(j)
+    pack_fn(cx, w, floats, |cx, par| {
+        pack_weights(cx, w, g, nr, "D", par)
+    })
 }
 
 /// Packs convolution weights into `dst` as `[group][panel][K][NR]` (output channels in the

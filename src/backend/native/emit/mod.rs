@@ -1317,10 +1317,12 @@ impl<'a> Cx<'a> {
         let ovs = self.loops(&out_dims, par);
         let oix: Vec<Ix> = ovs.iter().map(|&v| Ix::var(v)).collect();
         let acc = self.fresh("acc");
+        // Max and min start from the dtype's finite extremes, as the interpreter does.
+        let big = self.node(arg).dtype.float_max().unwrap_or(f32::MAX) as f64;
         let init = match kind {
-            Red::Sum | Red::Mean => "0.0f",
-            Red::Max => "(-INFINITY)",
-            Red::Min => "INFINITY",
+            Red::Sum | Red::Mean => "0.0f".to_string(),
+            Red::Max => scalar::float_lit(-big),
+            Red::Min => scalar::float_lit(big),
         };
         self.line(format!("float {acc} = {init};"));
         let rvs = self.loops(&red_dims, 0);

@@ -1,7 +1,8 @@
 //! `nn.max_pool2d` and `nn.avg_pool2d` in any layout whose `H` and `W` axes are not split: a
 //! loop nest over the pooled shape, the window's taps inside, with the reference interpreter's
-//! rules for padding (skipped by max pooling; counted by average pooling only with
-//! `count_include_pad`, and then only inside the padded input).
+//! rules for padding (skipped by max pooling, which starts from the lowest finite value;
+//! counted by average pooling only with `count_include_pad`, and then only inside the padded
+//! input).
 
 use super::scalar::CV;
 use super::Cx;
@@ -27,10 +28,14 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, win: PoolWin) {
     let (h, w) = (ind[win.hpos] as i64, ind[win.wpos] as i64);
     let acc = cx.fresh("acc");
     let cnt = cx.fresh("cnt");
-    cx.line(format!(
-        "float {acc} = {};",
-        if win.max { "(-INFINITY)" } else { "0.0f" }
-    ));
+    // Max pooling starts from the dtype's lowest finite value, as the interpreter does.
+    let init = if win.max {
+        let big = cx.node(data).dtype.float_max().unwrap_or(f32::MAX) as f64;
+        super::scalar::float_lit(-big)
+    } else {
+        "0.0f".to_string()
+    };
+    cx.line(format!("float {acc} = {init};"));
     cx.line(format!("long {cnt} = 0;"));
     let (oy, ox) = (
         cx.vars.name(vs[win.hpos]).to_string(),

@@ -127,59 +127,45 @@ pub fn prelude(isa: Isa, features: &BTreeSet<Feature>) -> String {
 
 /// The `mr × nr` micro-kernel: `C[mr][nr] = Σ_k A[k][mr] ⊗ B[k][nr]`.
 fn ukr(s: &mut String, isa: Isa, mr: usize, nr: usize) {
-    let nv = nr / isa.vl;
-    let vl = isa.vl;
-    let _ = writeln!(
-        s,
-        "static inline void ukr_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, float* restrict C) {{"
-    );
-    for i in 0..mr {
-        for v in 0..nv {
-            let _ = writeln!(s, "  vf c{i}_{v} = {{0}};");
-        }
-    }
-    let _ = writeln!(s, "  for (long k = 0; k < K; k++) {{");
-    for v in 0..nv {
-        let _ = writeln!(
-            s,
-            "    const vf b{v} = *(const vfu*)(B + k * {nr} + {});",
-            v * vl
-        );
-    }
-    for i in 0..mr {
-        let _ = writeln!(s, "    {{ const float a = A[k * {mr} + {i}];");
-        for v in 0..nv {
-            let _ = writeln!(s, "      c{i}_{v} += a * b{v};");
-        }
-        let _ = writeln!(s, "    }}");
-    }
-    let _ = writeln!(s, "  }}");
-    for i in 0..mr {
-        for v in 0..nv {
-            let _ = writeln!(s, "  *(vfu*)(C + {} ) = c{i}_{v};", i * nr + v * vl);
-        }
-    }
-    let _ = writeln!(s, "}}");
+    micro_kernel(s, isa, mr, nr, false)
 }
 
 /// The `mr × nr` indirect micro-kernel of implicit-GEMM convolutions:
 /// `C[i][nr] = Σ_k X[i][off[k]] · B[k][nr]`, row `i` of `A` being the input pixels under the taps
 /// of output pixel `i` (`X[i]` points at its window, `off[k]` is tap `k`'s offset).
 fn ukri(s: &mut String, isa: Isa, mr: usize, nr: usize) {
+    micro_kernel(s, isa, mr, nr, true)
+}
+
+/// A micro-kernel: `mr × nr / vl` vector accumulators, one broadcast element of `A` and `nr /
+/// vl` vectors of `B` per step of `k`. `A` is packed (`A[k * mr + i]`) or, `indirect`, read
+/// through row pointers and tap offsets.
+fn micro_kernel(s: &mut String, isa: Isa, mr: usize, nr: usize, indirect: bool) {
     let nv = nr / isa.vl;
     let vl = isa.vl;
-    let _ = writeln!(
-        s,
-        "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
-    );
+    if indirect {
+        let _ = writeln!(
+            s,
+            "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "static inline void ukr_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, float* restrict C) {{"
+        );
+    }
     for i in 0..mr {
-        let _ = writeln!(s, "  const float* restrict x{i} = X[{i}];");
+        if indirect {
+            let _ = writeln!(s, "  const float* restrict x{i} = X[{i}];");
+        }
         for v in 0..nv {
             let _ = writeln!(s, "  vf c{i}_{v} = {{0}};");
         }
     }
     let _ = writeln!(s, "  for (long k = 0; k < K; k++) {{");
-    let _ = writeln!(s, "    const long o = off[k];");
+    if indirect {
+        let _ = writeln!(s, "    const long o = off[k];");
+    }
     for v in 0..nv {
         let _ = writeln!(
             s,
@@ -188,7 +174,11 @@ fn ukri(s: &mut String, isa: Isa, mr: usize, nr: usize) {
         );
     }
     for i in 0..mr {
-        let _ = writeln!(s, "    {{ const float a = x{i}[o];");
+        if indirect {
+            let _ = writeln!(s, "    {{ const float a = x{i}[o];");
+        } else {
+            let _ = writeln!(s, "    {{ const float a = A[k * {mr} + {i}];");
+        }
         for v in 0..nv {
             let _ = writeln!(s, "      c{i}_{v} += a * b{v};");
         }

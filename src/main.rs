@@ -52,22 +52,6 @@ enum Command {
         /// Only these targets.
         #[arg(long = "target", value_name = "NAME")]
         targets: Vec<String>,
-        /// Depth limit for native targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        tvm_max_depth: u32,
-        /// Depth limit for BYOC targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        byoc_max_depth: u32,
         #[command(flatten)]
         bounds: Bounds,
         /// Print JSON.
@@ -97,22 +81,6 @@ enum Command {
             allow_negative_numbers = true
         )]
         cost_timeout: f64,
-        /// Depth limit for native targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        tvm_max_depth: u32,
-        /// Depth limit for BYOC targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        byoc_max_depth: u32,
         #[command(flatten)]
         bounds: Bounds,
         /// Write the partitioned program here (atomically) instead of printing it.
@@ -262,22 +230,6 @@ enum Command {
             allow_negative_numbers = true
         )]
         cost_timeout: f64,
-        /// Depth limit for native targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        tvm_max_depth: u32,
-        /// Depth limit for BYOC targets' candidates.
-        #[arg(
-            long,
-            value_name = "N",
-            default_value_t = 8,
-            allow_negative_numbers = true
-        )]
-        byoc_max_depth: u32,
         #[command(flatten)]
         bounds: Bounds,
         /// Time budget in seconds of one placement's end-to-end measurement (default 20).
@@ -427,9 +379,26 @@ impl MeasureFlags {
     }
 }
 
-/// The bounds of candidate enumeration (reaching one is an error, E2201–E2203).
+/// The limits of candidate enumeration: the depth limits, and the bounds whose reaching is an
+/// error (E2201–E2203).
 #[derive(clap::Args, Debug)]
 struct Bounds {
+    /// Depth limit for native targets' candidates.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        allow_negative_numbers = true
+    )]
+    tvm_max_depth: u32,
+    /// Depth limit for BYOC targets' candidates.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        allow_negative_numbers = true
+    )]
+    byoc_max_depth: u32,
     /// E-nodes the equivalences may add to the e-graph.
     #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -446,12 +415,23 @@ struct Bounds {
     max_candidates: u64,
 }
 
+/// `--cost-timeout` as a duration; `None` (with the error printed) unless it is a positive
+/// number of seconds.
+fn cost_timeout_of(secs: f64) -> Option<std::time::Duration> {
+    if secs.is_finite() && secs > 0.0 {
+        Some(std::time::Duration::from_secs_f64(secs.min(1e6)))
+    } else {
+        eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+        None
+    }
+}
+
 /// The enumeration limits of a command line.
-fn limits(tvm_max_depth: u32, byoc_max_depth: u32, b: &Bounds) -> collage::enumerate::Limits {
+fn limits(b: &Bounds) -> collage::enumerate::Limits {
     let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     collage::enumerate::Limits {
-        tvm_max_depth: tvm_max_depth.max(1),
-        byoc_max_depth: byoc_max_depth.max(1),
+        tvm_max_depth: b.tvm_max_depth.max(1),
+        byoc_max_depth: b.byoc_max_depth.max(1),
         max_enodes: size(b.max_enodes),
         max_egraph_iters: size(b.max_egraph_iters),
         max_candidates: size(b.max_candidates),
@@ -569,12 +549,10 @@ fn run(cli: Cli) -> Outcome {
             model,
             rules,
             targets,
-            tvm_max_depth,
-            byoc_max_depth,
             bounds,
             json,
         } => {
-            let limits = limits(tvm_max_depth, byoc_max_depth, &bounds);
+            let limits = limits(&bounds);
             driver::candidates_command(&model, &rules, &targets, limits, json)
         }
         Command::PlanDevices {
@@ -604,8 +582,6 @@ fn run(cli: Cli) -> Outcome {
             targets,
             costs,
             cost_timeout,
-            tvm_max_depth,
-            byoc_max_depth,
             bounds,
             output,
             format,
@@ -618,17 +594,16 @@ fn run(cli: Cli) -> Outcome {
             module_output,
             measure,
         } => {
-            if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
-                eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+            let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
                 return Outcome::Usage;
-            }
+            };
             let req = driver::partition::Request {
                 model,
                 rules,
                 targets,
                 costs,
-                cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
+                cmd_timeout,
+                limits: limits(&bounds),
                 output,
                 format: match format {
                     FormatArg::Table => driver::partition::Format::Table,
@@ -652,8 +627,6 @@ fn run(cli: Cli) -> Outcome {
             targets,
             costs,
             cost_timeout,
-            tvm_max_depth,
-            byoc_max_depth,
             bounds,
             run_budget,
             rtol,
@@ -663,17 +636,16 @@ fn run(cli: Cli) -> Outcome {
             profile,
             measure,
         } => {
-            if !(cost_timeout.is_finite() && cost_timeout > 0.0) {
-                eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+            let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
                 return Outcome::Usage;
-            }
+            };
             driver::bench::bench_command(&driver::bench::Request {
                 model,
                 rules,
                 targets,
                 costs,
-                cmd_timeout: std::time::Duration::from_secs_f64(cost_timeout.min(1e6)),
-                limits: limits(tvm_max_depth, byoc_max_depth, &bounds),
+                cmd_timeout,
+                limits: limits(&bounds),
                 measure: measure.args(),
                 run_budget,
                 format: match format {

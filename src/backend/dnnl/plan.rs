@@ -662,19 +662,17 @@ impl Builder<'_> {
         v: ValueId,
         stored: &[usize],
         transposed: bool,
-    ) -> Result<(ValueId, Vec<i64>), Reason> {
+    ) -> Result<ValueId, Reason> {
         let s = dims_i64(stored);
         if !transposed {
-            let v = self.plain_of(v)?;
-            return Ok((v, s));
+            return self.plain_of(v);
         }
         let md = self.plain_md(&s)?;
         let md = self
             .d
             .md_permute(&md, &[0, 2, 1])
             .map_err(|e| e.to_string())?;
-        let dims = vec![s[0], s[2], s[1]];
-        Ok((self.view(v, md, dims.clone())?, dims))
+        self.view(v, md, vec![s[0], s[2], s[1]])
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -705,10 +703,10 @@ impl Builder<'_> {
         let (po, sum, binaries) = self.post_ops(&posts, args, out_shape, &dst_dims)?;
         let attr = self.attr(&po)?;
         let av = self.operand(a, args)?;
-        let (av, a_dims) = self.mm_operand(av, a_shape, ta)?;
+        let av = self.mm_operand(av, a_shape, ta)?;
         let bv = self.operand(b, args)?;
         // B is stored [Bt, K, N], or [Bt, N, K] when transposed: seen as {Bt, K, N}.
-        let (bv, b_dims) = self.mm_operand(bv, b_shape, tb)?;
+        let bv = self.mm_operand(bv, b_shape, tb)?;
         let dst_md = self.plain_md(&dst_dims)?;
         let bias_md = self.plain_md(&[1, 1, n])?;
         let a_md = self.values[av].md;
@@ -718,7 +716,6 @@ impl Builder<'_> {
             .map_err(|e| unsupported(e, "matmul"))?;
         let pd = PrimitiveDesc::new(self.engine, &op, Some(&attr))
             .map_err(|e| unsupported(e, "matmul"))?;
-        let _ = (a_dims, b_dims);
         let mut args_v = vec![(sys::ARG_SRC, av), (sys::ARG_WEIGHTS, bv)];
         if let Some(bb) = bias {
             let bb = self.view(bb, bias_md, vec![1, 1, n])?;

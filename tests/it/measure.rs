@@ -42,6 +42,24 @@ fn dir_args(model: &Path, cache_dir: &Path, extra: &[&str]) -> std::process::Out
     collage(&args)
 }
 
+/// `collage partition MODEL` measuring its `tvm_cpu` candidates briefly into `cache_dir`, with
+/// a JSON report, as a command to spawn.
+fn measuring(model: &Path, cache_dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_collage"));
+    c.arg("partition")
+        .arg(model)
+        .args(["--costs", "measure", "--target", "tvm_cpu"])
+        .args([
+            "--measure-budget",
+            "0.05",
+            "--format",
+            "json",
+            "--cache-dir",
+        ])
+        .arg(cache_dir);
+    c
+}
+
 fn measure_stats(v: &Value) -> &Value {
     &v["stats"]["measure"]
 }
@@ -209,21 +227,7 @@ fn a_killed_measurement_keeps_what_it_committed() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let db = cache.join("measurements.sqlite");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_collage"))
-        .args([
-            "partition",
-            mnist().to_str().unwrap(),
-            "--costs",
-            "measure",
-            "--target",
-            "tvm_cpu",
-            "--measure-budget",
-            "0.05",
-            "--format",
-            "json",
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ])
+    let mut child = measuring(&mnist(), &cache)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -264,23 +268,9 @@ fn two_processes_share_a_cache() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let spawn = |out: &str| {
-        Command::new(env!("CARGO_BIN_EXE_collage"))
-            .args([
-                "partition",
-                small().to_str().unwrap(),
-                "--costs",
-                "measure",
-                "--target",
-                "tvm_cpu",
-                "--measure-budget",
-                "0.05",
-                "--format",
-                "json",
-                "--cache-dir",
-                cache.to_str().unwrap(),
-                "-o",
-                dir.path().join(out).to_str().unwrap(),
-            ])
+        measuring(&small(), &cache)
+            .arg("-o")
+            .arg(dir.path().join(out))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

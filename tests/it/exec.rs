@@ -60,14 +60,7 @@ fn reference_configuration(dir: &Path) {
 fn partitioning_preserves_meaning_on_the_corpus() {
     let dir = tempfile::tempdir().unwrap();
     reference_configuration(dir.path());
-    let mut models: Vec<String> = std::fs::read_dir(root().join("tests/models"))
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            (p.extension()? == "relay").then(|| p.file_stem().unwrap().to_string_lossy().into())
-        })
-        .collect();
-    models.sort();
+    let models = crate::support::corpus_names();
     assert_eq!(models.len(), 13);
     let mut with_functions = 0;
     for name in &models {

@@ -248,19 +248,7 @@ fn is_float16(name: &str) -> bool {
 }
 
 fn corpus_and_generated() -> Vec<(String, Module)> {
-    let mut out = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(root().join("tests/models"))
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            (p.extension()? == "relay").then(|| p.file_stem().unwrap().to_string_lossy().into())
-        })
-        .collect();
-    names.sort();
-    for n in names {
-        let m = crate::support::load_ok(&root().join(format!("tests/models/{n}.relay")));
-        out.push((n, m));
-    }
+    let mut out = crate::support::corpus();
     out.push((
         "generated gpt2 (2 layers)".into(),
         load_text_ok("gpt2", &collage::gen::gpt2(2)),

@@ -198,14 +198,7 @@ fn json(o: &std::process::Output) -> Json {
 #[test]
 fn corpus_models_run_as_generated_code_and_match_the_interpreter() {
     let dir = tempfile::tempdir().unwrap();
-    let mut models: Vec<String> = std::fs::read_dir(root().join("tests/models"))
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            (p.extension()? == "relay").then(|| p.file_stem().unwrap().to_string_lossy().into())
-        })
-        .collect();
-    models.sort();
+    let models = crate::support::corpus_names();
     assert_eq!(models.len(), 13);
     for name in &models {
         let model = root().join(format!("tests/models/{name}.relay"));

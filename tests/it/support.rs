@@ -92,18 +92,28 @@ pub fn round_trip(name: &str, m: &Module) -> String {
     printed
 }
 
+/// The file stems of the models of `tests/models/`, in name order.
+pub fn corpus_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("tests/models"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "relay").then(|| p.file_stem().unwrap().to_string_lossy().into())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// Every model of `tests/models/`, loaded, by file stem in name order.
 pub fn corpus() -> Vec<(String, Module)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(root().join("tests/models")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "relay") {
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            out.push((name, load_ok(&path)));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+    corpus_names()
+        .into_iter()
+        .map(|n| {
+            let m = load_ok(&root().join(format!("tests/models/{n}.relay")));
+            (n, m)
+        })
+        .collect()
 }
 
 /// The rules of the reference configuration (`benches/reference.rules` with the shipped

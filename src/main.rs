@@ -232,7 +232,8 @@ enum Command {
         cost_timeout: f64,
         #[command(flatten)]
         bounds: Bounds,
-        /// Time budget in seconds of one placement's end-to-end measurement (default 20).
+        /// Time budget in seconds of the end-to-end timing, per placement (default 20; the
+        /// placements are timed together in rounds, so N of them get N times this).
         #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
         run_budget: Option<f64>,
         /// Relative tolerance of the output check against the reference interpreter (default
@@ -360,6 +361,10 @@ struct MeasureFlags {
     /// Show progress on stderr even when it is not a terminal (a line every few seconds).
     #[arg(long)]
     progress: bool,
+    /// Time candidates in a warm loop, as TVM does, instead of evicting the caches before each
+    /// timed call (measurements of the two kinds are cached apart).
+    #[arg(long)]
+    warm_candidates: bool,
     /// Raise the scheduling weight of this session while measuring (`/proc/self/autogroup`;
     /// needs the right to raise priority), so other sessions' work disturbs timings less.
     #[arg(long)]
@@ -374,6 +379,7 @@ impl MeasureFlags {
             cache: self.cache.clone(),
             budget: self.measure_budget,
             seed: self.seed,
+            warm: self.warm_candidates,
             raise_priority: self.raise_priority,
         }
     }

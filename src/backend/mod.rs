@@ -250,6 +250,21 @@ pub trait Prepared: Send + Sync {
     fn overwrites_outputs(&self) -> bool {
         false
     }
+
+    /// Calls `f` on each buffer the kernel keeps from one call to the next: the call site's
+    /// constants, weights it packed, its own working memory. Measurements evict these before a
+    /// timed call, as inside a whole model the other kernels have evicted them (see
+    /// `measure::flush`). The default keeps nothing.
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        let _ = f;
+    }
+}
+
+/// Calls `f` on the bytes of each constant of `consts` (a helper for [`Prepared::resident`]).
+pub fn constants_resident(consts: &[Option<Arc<Tensor>>], f: &mut dyn FnMut(&[u8])) {
+    for t in consts.iter().flatten() {
+        f(t.bytes());
+    }
 }
 
 /// A backend.

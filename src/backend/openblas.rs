@@ -655,6 +655,10 @@ impl BlasPrepared {
 }
 
 impl Prepared for BlasPrepared {
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        crate::backend::constants_resident(&self.consts, f);
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -171,6 +171,10 @@ struct PreparedOp {
 }
 
 impl Prepared for PreparedOp {
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        crate::backend::constants_resident(&self.consts, f);
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -343,8 +343,10 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     }
     let lock_path = measurer.as_ref().map(|mm| mm.database().to_path_buf());
     let mut rows: Vec<Row> = Vec::new();
+    // The placements that run, by row, timed together once all are built.
+    let mut ready: Vec<(usize, Ready)> = Vec::new();
     let mut seen: Vec<(Vec<usize>, String)> = Vec::new();
-    bar.phase("running placements", placements.len());
+    bar.phase("building placements", placements.len());
     for (k, (name, estimated, chosen)) in placements.iter().enumerate() {
         bar.steps(k, placements.len());
         let label = label_of(name, &native);
@@ -386,24 +388,38 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
             continue;
         }
         seen.push((sorted, name.clone()));
-        row.status = match run_placement(
+        match build_placement(
             &g,
             &program,
-            &parts,
+            parts,
             setup,
             &weights,
             &inputs,
             &expected,
-            &settings,
-            lock_path.as_deref(),
             (req.rtol, req.atol),
         ) {
-            Ok(s) => s,
-            Err(why) => Status::Skipped(why),
-        };
+            Ok(r) => ready.push((rows.len(), r)),
+            Err(why) => row.status = Status::Skipped(why),
+        }
         rows.push(row);
     }
     bar.steps(placements.len(), placements.len());
+    bar.phase("timing placements", settings.max_repeats);
+    let timed = {
+        let _guard = lock_path
+            .as_deref()
+            .and_then(|p| crate::measure::db::lock(p).ok());
+        let built: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
+        time_together(&built, &inputs, &settings, &|done, total| {
+            bar.steps(done, total)
+        })
+    };
+    for ((k, r), t) in ready.into_iter().zip(timed) {
+        rows[k].status = match t {
+            Ok(timing) => r.finish(&program, timing),
+            Err(why) => Status::Skipped(why),
+        };
+    }
     bar.finish();
 
     let speedup = speedup_of(&rows);
@@ -481,23 +497,34 @@ pub fn execution_module(
     Ok(m)
 }
 
+/// A placement built and checked, ready to be timed.
+struct Ready {
+    parts: Vec<Partition>,
+    x: Executable,
+    /// Which partition each call belongs to: a partition's call carries the span of one of its
+    /// nodes (its last exit).
+    part_of: BTreeMap<(u32, u32, u32), usize>,
+    kernels: BTreeMap<String, usize>,
+    fallbacks: usize,
+    diffs: Vec<(compare::Diff, f64, f64)>,
+    /// The first run's time (the checked run).
+    first_call: f64,
+}
+
+/// Builds a placement and runs it once, checking its outputs against the reference's.
 #[allow(clippy::too_many_arguments)]
-fn run_placement(
+fn build_placement(
     g: &DataflowGraph<'_>,
     program: &Program,
-    parts: &[Partition],
+    parts: Vec<Partition>,
     setup: &Setup,
     weights: &Weights,
     inputs: &[Arc<Tensor>],
     expected: &[Arc<Tensor>],
-    settings: &Settings,
-    lock: Option<&std::path::Path>,
     (rtol, atol): (Option<f64>, Option<f64>),
-) -> Result<Status, String> {
-    let m = execution_module(g, program, parts)
+) -> Result<Ready, String> {
+    let m = execution_module(g, program, &parts)
         .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
-    // Which partition each call belongs to: a partition's call carries the span of one of its
-    // nodes (its last exit).
     let mut part_of: BTreeMap<(u32, u32, u32), usize> = BTreeMap::new();
     for (k, p) in parts.iter().enumerate() {
         if program.targets[p.target].is_host {
@@ -520,15 +547,12 @@ fn run_placement(
         *kernels.entry(k.backend.clone()).or_default() += 1;
     }
     let fallbacks = x.warnings.len();
-    // The outputs of the first run are checked; then the timing.
-    let got: Vec<Arc<Tensor>> = x
-        .run(inputs)
-        .map_err(|d| format!("it failed: {}", d.message))?
-        .value
-        .flatten()
-        .into_iter()
-        .cloned()
-        .collect();
+    let start = std::time::Instant::now();
+    let out = x
+        .in_pool(|| x.run(inputs))
+        .map_err(|d| format!("it failed: {}", d.message))?;
+    let first_call = start.elapsed().as_secs_f64();
+    let got: Vec<Arc<Tensor>> = out.value.flatten().into_iter().cloned().collect();
     if got.len() != expected.len() {
         return Err(format!(
             "internal error: {} outputs instead of {}",
@@ -543,58 +567,160 @@ fn run_placement(
         let d = compare::compare(a, b, rt, at).map_err(|e| format!("internal error: {e}"))?;
         diffs.push((d, rt, at));
     }
-    drop(got);
-    let _guard = lock.and_then(|p| crate::measure::db::lock(p).ok());
-    // The kernels' times are taken from the third run on (after the first call and one
-    // warm-up call), so the profile is of warm runs as the latency is.
-    let mut before = x.kernel_times();
-    let mut runs = 0u32;
-    let timing = x
-        .in_pool(|| {
-            let clock = protocol::Monotonic::new();
-            protocol::measure(&clock, settings, &mut || {
-                runs += 1;
-                if runs == 3 {
-                    before = x.kernel_times();
-                }
-                // The result's storage serves the next run, as `collage run --repeat` does.
-                x.run(inputs)
-                    .map(|o| x.recycle(o.value))
-                    .map_err(|d| d.message)
-            })
-        })
-        .map_err(|e| format!("it failed: {e}"))?;
-    let after = x.kernel_times();
-    // Mean kernel time per run, by partition.
-    let mut per_part: Vec<Option<(u64, f64)>> = vec![None; parts.len()];
-    for ((rec, b), a) in x.kernels().iter().zip(&before).zip(&after) {
-        let sp = rec.span;
-        if let Some(&k) = part_of.get(&(sp.file.0, sp.start, sp.end)) {
-            let slot = per_part[k].get_or_insert((0, 0.0));
-            slot.0 = slot.0.max(a.0 - b.0);
-            slot.1 += (a.1 - b.1).as_secs_f64();
-        }
-    }
-    let profile = parts
-        .iter()
-        .zip(per_part)
-        .filter(|(p, _)| !program.targets[p.target].is_host)
-        .map(|(p, t)| PartTime {
-            name: p.name.clone(),
-            target: program.targets[p.target].name.clone(),
-            operators: p.sub_graph.label.clone(),
-            estimated: p.cost,
-            candidates: p.parts.len(),
-            measured: t.filter(|t| t.0 > 0).map(|(n, secs)| secs / n as f64),
-        })
-        .collect();
-    Ok(Status::Ran {
-        timing,
+    Ok(Ready {
+        parts,
+        x,
+        part_of,
         kernels,
         fallbacks,
         diffs,
-        profile,
+        first_call,
     })
+}
+
+/// Times built placements end to end in rounds (see [`rounds`]), each run on its own
+/// executable's pool. Each placement first runs once untimed (warm-up; the checked run was
+/// its first call); its kernels' times are read after that, for the profile.
+fn time_together(
+    ready: &[&Ready],
+    inputs: &[Arc<Tensor>],
+    settings: &Settings,
+    progress: &dyn Fn(usize, usize),
+) -> Vec<Result<Timed, String>> {
+    let run = |r: &Ready| -> Result<f64, String> {
+        r.x.in_pool(|| {
+            let s = std::time::Instant::now();
+            // The result's storage serves the next run, as `collage run --repeat` does.
+            let o =
+                r.x.run(inputs)
+                    .map_err(|d| format!("it failed: {}", d.message))?;
+            let t = s.elapsed().as_secs_f64();
+            r.x.recycle(o.value);
+            Ok(t)
+        })
+    };
+    let start = std::time::Instant::now();
+    let warm: Vec<Option<String>> = ready.iter().map(|r| run(r).err()).collect();
+    let before: Vec<_> = ready.iter().map(|r| r.x.kernel_times()).collect();
+    let clock = protocol::Monotonic::new();
+    let times = rounds(&warm, settings, &clock, &mut |k| run(ready[k]), progress);
+    let elapsed = start.elapsed().as_secs_f64();
+    ready
+        .iter()
+        .zip(times)
+        .zip(before)
+        .map(|((r, t), before)| {
+            let t = t?;
+            Ok(Timed {
+                timing: Timing {
+                    seconds: protocol::median(&t),
+                    spread: protocol::spread(&t),
+                    number: 1,
+                    first_call: r.first_call,
+                    // The checked run, the warm-up run and the timed ones.
+                    calls: 2 + t.len() as u64,
+                    elapsed,
+                    repeats: t,
+                },
+                before,
+            })
+        })
+        .collect()
+}
+
+/// Runs placements **in rounds** and returns each one's run times (seconds): every round runs
+/// each placement once (`run(k)` runs placement `k` and returns its time), so that a change of
+/// the machine's load during the timing (a shared machine's usual state) falls on all of them
+/// alike and their ratios stay fair, where timing them one after the other would let a busy
+/// minute land on one placement only. A placement whose warm-up failed (`failed[k]`), or whose
+/// run fails, leaves the rounds with that error. Rounds stop when every placement has
+/// `min_repeats` runs and a spread within `max_spread`, after `max_repeats` rounds, or when
+/// the next round (as long as the last) would overrun the budget, which is the budget of one
+/// placement times their number; one round is always made.
+fn rounds(
+    failed: &[Option<String>],
+    settings: &Settings,
+    clock: &dyn protocol::Clock,
+    run: &mut dyn FnMut(usize) -> Result<f64, String>,
+    progress: &dyn Fn(usize, usize),
+) -> Vec<Result<Vec<f64>, String>> {
+    let start = clock.now();
+    let n = failed.len();
+    let budget = settings
+        .budget
+        .saturating_mul(u32::try_from(n.max(1)).unwrap_or(u32::MAX));
+    let mut out: Vec<Result<Vec<f64>, String>> = failed
+        .iter()
+        .map(|f| f.clone().map_or(Ok(Vec::new()), Err))
+        .collect();
+    let max = settings.max_repeats.max(1);
+    progress(0, max);
+    for round in 1..=max {
+        let round_start = clock.now();
+        for (k, slot) in out.iter_mut().enumerate() {
+            if let Ok(times) = slot {
+                match run(k) {
+                    Ok(t) => times.push(t),
+                    Err(e) => *slot = Err(e),
+                }
+            }
+        }
+        progress(round, max);
+        let settled = out.iter().all(|t| {
+            t.as_ref().map_or(true, |t| {
+                t.len() >= settings.min_repeats && protocol::spread(t) <= settings.max_spread
+            })
+        });
+        let now = clock.now();
+        if settled || (now - start) + (now - round_start) > budget {
+            break;
+        }
+    }
+    out
+}
+
+/// A placement's timing, and its kernels' times when the timed runs began.
+struct Timed {
+    timing: Timing,
+    before: Vec<(u64, std::time::Duration)>,
+}
+
+impl Ready {
+    /// The row's status from the timing: the latency, and each partition's mean kernel time
+    /// per timed run beside its estimate.
+    fn finish(self, program: &Program, t: Timed) -> Status {
+        let after = self.x.kernel_times();
+        let mut per_part: Vec<Option<(u64, f64)>> = vec![None; self.parts.len()];
+        for ((rec, b), a) in self.x.kernels().iter().zip(&t.before).zip(&after) {
+            let sp = rec.span;
+            if let Some(&k) = self.part_of.get(&(sp.file.0, sp.start, sp.end)) {
+                let slot = per_part[k].get_or_insert((0, 0.0));
+                slot.0 = slot.0.max(a.0 - b.0);
+                slot.1 += (a.1 - b.1).as_secs_f64();
+            }
+        }
+        let profile = self
+            .parts
+            .iter()
+            .zip(per_part)
+            .filter(|(p, _)| !program.targets[p.target].is_host)
+            .map(|(p, m)| PartTime {
+                name: p.name.clone(),
+                target: program.targets[p.target].name.clone(),
+                operators: p.sub_graph.label.clone(),
+                estimated: p.cost,
+                candidates: p.parts.len(),
+                measured: m.filter(|m| m.0 > 0).map(|(n, secs)| secs / n as f64),
+            })
+            .collect();
+        Status::Ran {
+            timing: t.timing,
+            kernels: self.kernels,
+            fallbacks: self.fallbacks,
+            diffs: self.diffs,
+            profile,
+        }
+    }
 }
 
 /// The Collage plan against the fastest of native alone and the greedy placements that ran.
@@ -1153,6 +1279,121 @@ fn plot_svg(rep: &Report<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    /// A clock that runs only when a placement runs.
+    struct Fake(Cell<Duration>);
+
+    impl protocol::Clock for Fake {
+        fn now(&self) -> Duration {
+            self.0.get()
+        }
+    }
+
+    #[test]
+    fn placements_are_timed_in_rounds_so_a_busy_spell_falls_on_all() {
+        // Two placements of 10 and 11 ms; the machine gets twice as slow from the 7th run on
+        // (the fourth round). Timed one after the other, the first would have been timed
+        // quiet and the second busy (10 against 22 ms).
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let order = std::cell::RefCell::new(Vec::new());
+        let mut run = |k: usize| -> Result<f64, String> {
+            order.borrow_mut().push(k);
+            let busy = if order.borrow().len() > 6 { 2.0 } else { 1.0 };
+            let t = [10.0, 11.0][k] * busy / 1e3;
+            clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
+            Ok(t)
+        };
+        let s = Settings::models();
+        let t = rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
+        let order = order.into_inner();
+        // Alternating, the same number of runs each.
+        assert_eq!(&order[..4], [0, 1, 0, 1]);
+        let (a, b) = (t[0].as_ref().unwrap(), t[1].as_ref().unwrap());
+        assert_eq!(a.len(), b.len());
+        assert!(a.len() >= s.min_repeats);
+        // The busy spell hit both: their medians keep the true 10:11 ratio.
+        let ratio = protocol::median(b) / protocol::median(a);
+        assert!((ratio - 1.1).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn rounds_stop_when_settled_or_out_of_budget_and_failures_leave() {
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let tick = |ms: f64| {
+            clock
+                .0
+                .set(clock.0.get() + Duration::from_secs_f64(ms / 1e3))
+        };
+        // Steady placements settle after the minimum number of rounds.
+        let s = Settings::models();
+        let t = rounds(
+            &[None, None],
+            &s,
+            &clock,
+            &mut |_| {
+                tick(5.0);
+                Ok(5e-3)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), s.min_repeats);
+        // A placement whose warm-up failed is not run; one that fails later leaves the rounds
+        // with its error, the others go on.
+        let mut calls = [0usize; 3];
+        let t = rounds(
+            &[None, Some("no".into()), None],
+            &s,
+            &clock,
+            &mut |k| {
+                calls[k] += 1;
+                tick(5.0);
+                if k == 2 && calls[k] == 2 {
+                    Err("broke".into())
+                } else {
+                    Ok(5e-3)
+                }
+            },
+            &|_, _| {},
+        );
+        assert_eq!(calls, [s.min_repeats, 0, 2]);
+        assert_eq!(t[1], Err("no".to_string()));
+        assert_eq!(t[2], Err("broke".to_string()));
+        // Runs that slow down round after round (never settling: round r takes r/2 s per
+        // placement), against a budget of 2 x 20 s: after round 7 (28 s in all) the next
+        // fits (36 s), after round 8 it would not (45 s).
+        let mut runs = 0usize;
+        let t = rounds(
+            &[None, None],
+            &s,
+            &clock,
+            &mut |_| {
+                runs += 1;
+                let secs = 0.5 * ((runs - 1) / 2 + 1) as f64;
+                tick(secs * 1e3);
+                Ok(secs)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), 8);
+        assert_eq!(t[1].as_ref().unwrap().len(), 8);
+        let short = Settings {
+            budget: Duration::from_millis(1),
+            ..s
+        };
+        let t = rounds(
+            &[None],
+            &short,
+            &clock,
+            &mut |_| {
+                tick(3000.0);
+                Ok(3.0)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), 1);
+    }
 
     #[test]
     fn labels() {

@@ -22,6 +22,8 @@ pub struct MeasureArgs {
     pub budget: Option<f64>,
     /// The seed of random inputs and weights.
     pub seed: u64,
+    /// Time candidates in a warm loop instead of after evicting the caches.
+    pub warm: bool,
     /// Raise the scheduling weight of this session's autogroup while the command runs.
     pub raise_priority: bool,
 }
@@ -72,7 +74,11 @@ pub fn open(
         eprintln!("error[{}]: {e}", diag::E2401.id);
         Outcome::Usage
     })?;
-    let mut settings = measure::protocol::Settings::candidates();
+    let mut settings = if args.warm {
+        measure::protocol::Settings::candidates_warm()
+    } else {
+        measure::protocol::Settings::candidates()
+    };
     if let Some(b) = args.budget {
         settings.budget = std::time::Duration::from_secs_f64(b.min(1e6));
     }

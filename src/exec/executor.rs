@@ -424,6 +424,12 @@ impl Executable {
         Ok(())
     }
 
+    /// Calls `f` on every buffer the executable keeps between runs (constants, packed weights,
+    /// kernels' working memory).
+    pub fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        self.program.resident(f)
+    }
+
     /// Runs `f` on the executable's worker pool: runs made inside it start no job of their
     /// own on the pool, so a timing loop measures the program and not the hand-over to the pool.
     pub fn in_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {

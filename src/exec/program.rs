@@ -338,6 +338,24 @@ impl Program {
         out
     }
 
+    /// Calls `f` on every buffer the program keeps between runs: its constants and what each
+    /// prepared kernel keeps ([`Prepared::resident`]).
+    pub fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        for (_, t) in &self.consts {
+            f(t.bytes());
+        }
+        let mut stack = vec![&self.body];
+        while let Some(b) = stack.pop() {
+            for step in &b.steps {
+                match &step.kind {
+                    StepKind::Kernel { kernel, .. } => kernel.resident(f),
+                    StepKind::If { branches, .. } => stack.extend(branches.iter()),
+                    _ => {}
+                }
+            }
+        }
+    }
+
     /// Number of kernel steps (branches included).
     pub fn kernel_count(&self) -> usize {
         self.kernels.len()

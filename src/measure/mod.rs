@@ -19,6 +19,7 @@
 pub mod candidate;
 pub mod db;
 pub mod dir;
+pub mod flush;
 pub mod machine;
 pub mod priority;
 pub mod protocol;
@@ -40,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 /// The version of the measuring harness, part of every cache key: bump it when what a
 /// measurement means changes.
-pub const HARNESS: &str = "measure-2";
+pub const HARNESS: &str = "measure-3";
 
 /// Candidates compiled together before they are timed one by one.
 const BATCH: usize = 32;
@@ -182,7 +183,14 @@ impl Measure {
         Ok(Key {
             structure: crate::cost::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
-            backend: format!("{identity}; {HARNESS}"),
+            backend: format!(
+                "{identity}; {HARNESS}; {}",
+                if self.cfg.settings.cold {
+                    "cold"
+                } else {
+                    "warm"
+                }
+            ),
             threads: self.cfg.threads as u32,
             machine: self.machine.id(),
         })
@@ -260,9 +268,14 @@ impl Measure {
     fn time(&self, c: &Compiled) -> Result<protocol::Timing, String> {
         let _lock = db::lock(&self.cfg.database).ok();
         let settings = self.cfg.settings;
+        let omp = crate::ffi::omp::Omp::shared().ok();
         c.x.in_pool(|| {
             let clock = protocol::Monotonic::new();
-            protocol::measure(&clock, &settings, &mut || {
+            // The executable's buffers stay where they are while it lives.
+            let mut ranges: Vec<flush::Range> = Vec::new();
+            c.x.resident(&mut |b| ranges.push(flush::Range::of(b)));
+            let mut prepare = || flush::evict(&ranges, omp.as_deref());
+            protocol::measure(&clock, &settings, &mut prepare, &mut || {
                 // The result's storage serves the next call, as the storage of earlier
                 // results does inside a whole model; a freshly zeroed allocation per call
                 // (page faults on large outputs) is not what the partition pays there.

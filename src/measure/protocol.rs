@@ -19,6 +19,10 @@
 //! median absolute deviation of the repeats' means divided by their median, a relative figure
 //! that one disturbed repeat does not move.
 //!
+//! With [`Settings::cold`], every timed call is preceded by an untimed preparation (the caller
+//! evicts the caches, see [`super::flush`]) and each call is timed on its own; a repeat's mean
+//! is then the mean of its calls' own times. Warm-up calls are not prepared.
+//!
 //! The clock and the kernel are parameters, so the protocol is tested on a fake clock.
 
 use std::time::{Duration, Instant};
@@ -39,12 +43,28 @@ pub struct Settings {
     /// Time for the whole measurement, first call included; no repeat starts that would
     /// overrun it, but one repeat is always made.
     pub budget: Duration,
+    /// Whether each timed call is preceded by the caller's (untimed) preparation.
+    pub cold: bool,
 }
 
 impl Settings {
-    /// For candidates: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10 repeats, stop at
-    /// 2 % spread, 1 s per candidate.
+    /// For candidates: 20 ms of warm-up, then each call timed alone after the caches are
+    /// evicted, 5 to 20 such calls, stop at 2 % spread, 1 s per candidate.
     pub fn candidates() -> Settings {
+        Settings {
+            warmup: Duration::from_millis(20),
+            min_repeat: Duration::ZERO,
+            min_repeats: 5,
+            max_repeats: 20,
+            max_spread: 0.02,
+            budget: Duration::from_secs(1),
+            cold: true,
+        }
+    }
+
+    /// TVM's warm loop for candidates: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10
+    /// repeats, stop at 2 % spread, 1 s per candidate; nothing is evicted between calls.
+    pub fn candidates_warm() -> Settings {
         Settings {
             warmup: Duration::from_millis(20),
             min_repeat: Duration::from_millis(10),
@@ -52,6 +72,7 @@ impl Settings {
             max_repeats: 10,
             max_spread: 0.02,
             budget: Duration::from_secs(1),
+            cold: false,
         }
     }
 
@@ -65,6 +86,7 @@ impl Settings {
             max_repeats: 15,
             max_spread: 0.02,
             budget: Duration::from_secs(20),
+            cold: false,
         }
     }
 }
@@ -163,10 +185,12 @@ fn calls_per_repeat(per_call: Duration, min_repeat: Duration) -> u64 {
     (min_repeat.as_secs_f64() / per).ceil().clamp(1.0, 1e6) as u64
 }
 
-/// Times `call` by the protocol. An error of any call ends the measurement with that error.
+/// Times `call` by the protocol; with [`Settings::cold`], `prepare` runs (untimed) before each
+/// timed call. An error of any call ends the measurement with that error.
 pub fn measure<E>(
     clock: &dyn Clock,
     settings: &Settings,
+    prepare: &mut dyn FnMut(),
     call: &mut dyn FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
     let start = clock.now();
@@ -192,12 +216,24 @@ pub fn measure<E>(
     let mut repeats: Vec<f64> = Vec::new();
     loop {
         let s = clock.now();
-        for _ in 0..number {
-            call()?;
-        }
+        let timed = if settings.cold {
+            let mut t = Duration::ZERO;
+            for _ in 0..number {
+                prepare();
+                let a = clock.now();
+                call()?;
+                t += clock.now() - a;
+            }
+            t
+        } else {
+            for _ in 0..number {
+                call()?;
+            }
+            clock.now() - s
+        };
         let e = clock.now();
         calls += number;
-        repeats.push((e - s).as_secs_f64() / number as f64);
+        repeats.push(timed.as_secs_f64() / number as f64);
         let n = repeats.len();
         if n >= settings.max_repeats.max(1) {
             break;
@@ -248,7 +284,7 @@ mod tests {
             k += 1;
             Ok(())
         };
-        let t = measure(&clock, settings, &mut call).unwrap();
+        let t = measure(&clock, settings, &mut || {}, &mut call).unwrap();
         assert_eq!(t.calls, k, "every call is counted");
         t
     }
@@ -256,7 +292,7 @@ mod tests {
     #[test]
     fn the_first_call_and_the_warm_up_are_not_part_of_the_cost() {
         // A first call of 500 ms (lazy JIT) and three slow warm-up calls, then 1 ms per call.
-        let t = run(&Settings::candidates(), |k| match k {
+        let t = run(&Settings::candidates_warm(), |k| match k {
             0 => 500.0,
             1..=3 => 5.0,
             _ => 1.0,
@@ -271,11 +307,11 @@ mod tests {
     #[test]
     fn calls_per_repeat_fill_the_minimum_repeat_time() {
         // 0.1 ms per call: 10 ms repeats need 100 calls.
-        let t = run(&Settings::candidates(), |_| 0.1);
+        let t = run(&Settings::candidates_warm(), |_| 0.1);
         assert_eq!(t.number, 100);
         assert!((t.seconds - 1e-4).abs() < 1e-12);
         // A call longer than the minimum repeat: one call per repeat.
-        let t = run(&Settings::candidates(), |_| 40.0);
+        let t = run(&Settings::candidates_warm(), |_| 40.0);
         assert_eq!(t.number, 1);
         assert_eq!(calls_per_repeat(Duration::ZERO, ms(10.0)), 1_000_000);
         assert_eq!(calls_per_repeat(ms(3.0), Duration::ZERO), 1);
@@ -289,7 +325,7 @@ mod tests {
         let s = Settings {
             min_repeat: Duration::ZERO,
             warmup: Duration::ZERO,
-            ..Settings::candidates()
+            ..Settings::candidates_warm()
         };
         let t = run(&s, |k| if k < 2 { 1.0 } else { (k - 1) as f64 });
         assert_eq!(t.repeats.len(), 10);
@@ -301,7 +337,7 @@ mod tests {
     fn one_disturbed_repeat_does_not_move_the_result() {
         let s = Settings {
             min_repeat: Duration::ZERO,
-            ..Settings::candidates()
+            ..Settings::candidates_warm()
         };
         // The third repeat is preempted (10x slower).
         let t = run(&s, |k| if k == 4 { 20.0 } else { 2.0 });
@@ -315,15 +351,59 @@ mod tests {
         // Calls slowing down from 100 ms by 10 ms each never converge; with a 1 s budget: the
         // first call (100), one warm-up call (110), then repeats while the next one fits
         // (120, 130, 140, 150, 160: 910 ms; a sixth would end at 1080).
-        let t = run(&Settings::candidates(), |k| 100.0 + 10.0 * k as f64);
+        let t = run(&Settings::candidates_warm(), |k| 100.0 + 10.0 * k as f64);
         assert_eq!(t.repeats.len(), 5, "{t:?}");
         assert!(t.elapsed <= 1.0, "{t:?}");
         assert!((t.seconds - 0.14).abs() < 1e-9);
         // A single call longer than the budget still gives one repeat.
-        let t = run(&Settings::candidates(), |_| 3000.0);
+        let t = run(&Settings::candidates_warm(), |_| 3000.0);
         assert_eq!(t.repeats.len(), 1);
         assert_eq!(t.calls, 3);
         assert!((t.seconds - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cold_calls_are_timed_alone_after_an_untimed_preparation() {
+        // Evicting takes 30 ms; a call right after it takes 3 ms, a call on warm caches 1 ms.
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let cold = Cell::new(false);
+        let prepared = Cell::new(0u64);
+        let mut prepare = || {
+            clock.0.set(clock.0.get() + ms(30.0));
+            cold.set(true);
+            prepared.set(prepared.get() + 1);
+        };
+        let mut call = || -> Result<(), ()> {
+            let t = if cold.replace(false) { 3.0 } else { 1.0 };
+            clock.0.set(clock.0.get() + ms(t));
+            Ok(())
+        };
+        let s = Settings::candidates();
+        let t = measure(&clock, &s, &mut prepare, &mut call).unwrap();
+        // One call per repeat, each prepared; warm-up calls are not.
+        assert_eq!(t.number, 1);
+        assert_eq!(prepared.get(), t.repeats.len() as u64);
+        assert_eq!(t.repeats.len(), s.min_repeats);
+        assert!((t.seconds - 3e-3).abs() < 1e-9, "{t:?}");
+        assert_eq!(t.spread, 0.0);
+        // The preparation counts against the budget: in 200 ms about six prepared calls fit,
+        // fewer than the 20 repeats a kernel whose times never settle would otherwise get.
+        let mut k = 0u64;
+        let mut noisy = || -> Result<(), ()> {
+            k += 1;
+            clock
+                .0
+                .set(clock.0.get() + ms(if k.is_multiple_of(2) { 1.0 } else { 4.0 }));
+            Ok(())
+        };
+        let slow = Settings {
+            budget: Duration::from_millis(200),
+            ..s
+        };
+        let mut slow_prepare = || clock.0.set(clock.0.get() + ms(30.0));
+        let t = measure(&clock, &slow, &mut slow_prepare, &mut noisy).unwrap();
+        assert!(t.elapsed <= 0.2, "{t:?}");
+        assert!(t.repeats.len() < slow.max_repeats, "{t:?}");
     }
 
     #[test]
@@ -340,7 +420,7 @@ mod tests {
             }
         };
         assert_eq!(
-            measure(&clock, &Settings::candidates(), &mut call),
+            measure(&clock, &Settings::candidates_warm(), &mut || {}, &mut call),
             Err("division by zero")
         );
     }

@@ -117,6 +117,22 @@ fn a_second_partition_measures_nothing() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(n(measure_stats(&third), "cached"), 0);
     assert_eq!(n(measure_stats(&third), "threads"), 1);
+
+    // So is a warm loop (candidates timed without evicting their buffers first).
+    let (fourth, err, code) = partition(
+        &small(),
+        &cache,
+        &[
+            "--costs",
+            "measure",
+            "--target",
+            "tvm_cpu",
+            "--warm-candidates",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(n(measure_stats(&fourth), "cached"), 0);
+    assert_eq!(n(measure_stats(&fourth), "measured"), timed);
 }
 
 #[test]
@@ -428,6 +444,13 @@ fn bench_runs_and_checks_every_placement() {
     }
     assert_eq!(placements[1]["partitions"].get("cutlass"), None);
     assert_eq!(placements[3]["status"], "skipped");
+    // The placements that ran were timed together, in rounds: as many runs each.
+    let repeats: Vec<u64> = placements
+        .iter()
+        .filter(|p| p["status"] == "ran")
+        .map(|p| p["latency_ms"]["repeats"].as_u64().unwrap())
+        .collect();
+    assert!(!repeats.is_empty() && repeats.iter().all(|&r| r == repeats[0] && r >= 1));
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.starts_with("<svg"), "{chart}");
     assert!(chart.contains("tvm_cpu alone"), "{chart}");

@@ -154,6 +154,13 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: an allocation of `layout.size()` bytes, zeroed when made, alive with `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: allocated with this layout.
@@ -429,5 +436,13 @@ impl Prepared for DnnlPrepared {
     /// computing it (a `sum` destination is filled with its summand first).
     fn overwrites_outputs(&self) -> bool {
         true
+    }
+
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        crate::backend::constants_resident(&self._consts, f);
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for b in state._buffers.iter().chain(&state._scratch_buf) {
+            f(b.bytes());
+        }
     }
 }

@@ -710,6 +710,25 @@ impl Prepared for PreparedNative {
         true
     }
 
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        crate::backend::constants_resident(&self.fixed, f);
+        for p in self
+            .packed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+        {
+            f(p.0.as_bytes());
+        }
+        f(self
+            .scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .as_bytes());
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -218,6 +218,8 @@ codes! {
     E2307 = "E2307", "models not comparable";
     /// A partition for a CPU library (`Compiler="dnnl"`, `"openblas"`) on a machine without it.
     E2308 = "E2308", "backend library missing";
+    /// An `--input` that is not of the form `NAME=FILE.npy`.
+    E2309 = "E2309", "malformed input specification";
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
 

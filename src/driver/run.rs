@@ -103,14 +103,16 @@ fn input_error(msg: String) -> Outcome {
 fn parse_inputs(specs: &[String]) -> Result<Vec<(String, PathBuf)>, Outcome> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for s in specs {
-        let Some((name, file)) = s.split_once('=') else {
-            eprintln!("error: `--input {s}` is not of the form NAME=FILE.npy");
-            return Err(Outcome::Usage);
+        let malformed = || {
+            usage(
+                diag::E2309,
+                format!("`--input {s}` is not of the form NAME=FILE.npy"),
+            )
         };
+        let (name, file) = s.split_once('=').ok_or_else(malformed)?;
         let name = name.strip_prefix('%').unwrap_or(name);
         if name.is_empty() || file.is_empty() {
-            eprintln!("error: `--input {s}` is not of the form NAME=FILE.npy");
-            return Err(Outcome::Usage);
+            return Err(malformed());
         }
         if out.iter().any(|(n, _)| n == name) {
             return Err(usage(diag::E2305, format!("input `{name}` is given twice")));

@@ -324,7 +324,6 @@ pub fn compile_on(
         .map(|&b| b as u64)
         .sum();
     Ok(Executable {
-        program,
         pool,
         inputs,
         output_type,
@@ -332,7 +331,8 @@ pub fn compile_on(
         warnings,
         threads,
         openmp: !opts.backends.list.is_empty(),
-        buffers: Buffers::default(),
+        buffers: Buffers::for_sizes(program.reused_output_sizes()),
+        program,
     })
 }
 
@@ -500,6 +500,114 @@ mod tests {
     use super::*;
     use crate::exec::data::Weights;
     use crate::exec::program::release;
+
+    /// A backend for inline operators whose kernels (the reference interpreter's) say they
+    /// overwrite their outputs.
+    struct Overwriting;
+
+    struct OverwritingKernel(Arc<dyn crate::backend::Kernel>);
+
+    struct OverwritingPrepared(Box<dyn crate::backend::Prepared>);
+
+    impl crate::backend::Backend for Overwriting {
+        fn name(&self) -> &str {
+            "overwriting"
+        }
+        fn version(&self) -> String {
+            "1".into()
+        }
+        fn handles(&self, compiler: Option<&str>) -> bool {
+            compiler.is_none()
+        }
+        fn compile(
+            &self,
+            unit: &Unit<'_>,
+            consts: &dyn ConstantSource,
+        ) -> Result<Arc<dyn crate::backend::Kernel>, crate::backend::Unsupported> {
+            let k = crate::backend::reference::Reference.compile(unit, consts)?;
+            Ok(Arc::new(OverwritingKernel(k)))
+        }
+    }
+
+    impl crate::backend::Kernel for OverwritingKernel {
+        fn prepare(
+            &self,
+            consts: &[Option<Arc<Tensor>>],
+        ) -> Result<Box<dyn crate::backend::Prepared>, crate::backend::Unsupported> {
+            Ok(Box::new(OverwritingPrepared(self.0.prepare(consts)?)))
+        }
+    }
+
+    impl crate::backend::Prepared for OverwritingPrepared {
+        fn run(
+            &self,
+            inputs: &[Arc<Tensor>],
+            outputs: &mut [Tensor],
+            cx: &RunCx<'_>,
+        ) -> Result<(), crate::backend::RunError> {
+            self.0.run(inputs, outputs, cx)
+        }
+        fn overwrites_outputs(&self) -> bool {
+            true
+        }
+    }
+
+    /// Freed storage is kept only where a kernel would reuse it: an executable whose kernels
+    /// all get zeroed outputs (the reference interpreter's) gives every freed tensor back to
+    /// the allocator at once; one with overwriting kernels keeps storage of their outputs' size
+    /// only.
+    #[test]
+    fn freed_storage_is_kept_only_for_kernels_that_reuse_it() {
+        let m = crate::relay::load_text(
+            r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(64, 64), float32]) {
+  %0 = add(%x, 1f);
+  %1 = multiply(%0, 0.5f);
+  %2 = sum(%1, axis=[1]);
+  %3 = multiply(%2, 2f);
+  negative(%3)
+}"#,
+        );
+        let w = Weights::new(1);
+        let mw = w.for_module(&m);
+        let reference = compile(&m, &mw, &Options::default()).unwrap();
+        let input = Arc::new(mw.random_input("x", &reference.inputs[0].shape).unwrap());
+        assert!(reference.program.reused_output_sizes().is_empty());
+        let want = reference.run(std::slice::from_ref(&input)).unwrap().value;
+        let again = reference.run(std::slice::from_ref(&input)).unwrap().value;
+        reference.recycle(again);
+        assert_eq!(reference.buffers.bytes(), 0);
+
+        let opts = Options {
+            backends: Backends {
+                list: vec![Arc::new(Overwriting)],
+            },
+            ..Options::default()
+        };
+        let x = compile(&m, &mw, &opts).unwrap();
+        let big = Tensor::lines_of(&Shape {
+            dtype: crate::ir::DType::F32,
+            dims: vec![64, 64],
+        })
+        .unwrap();
+        let small = Tensor::lines_of(&Shape {
+            dtype: crate::ir::DType::F32,
+            dims: vec![64],
+        })
+        .unwrap();
+        assert_eq!(
+            x.program.reused_output_sizes(),
+            [small, big].into_iter().collect()
+        );
+        for _ in 0..3 {
+            let out = x.run(std::slice::from_ref(&input)).unwrap().value;
+            assert_eq!(out.as_tensor().unwrap(), want.as_tensor().unwrap());
+            x.recycle(out);
+            // `%0` and `%1` are freed; `%2`, `%3` and the result are 64-element tensors.
+            assert!(x.buffers.bytes() > 0);
+            assert!(x.buffers.bytes() <= (2 * big + 3 * small) * crate::exec::tensor::ALIGN);
+        }
+    }
 
     /// After a run and the release of its outputs, the memory counter is back at the inputs
     /// and constants: every tensor a step created (nested programs included) was counted once

@@ -33,7 +33,7 @@ use crate::exec::tensor::{Shape, Storage, Tensor};
 use crate::exec::value::{flat_shapes, Value};
 use crate::ir::{Callee, Expr, ExprId, FuncId, Module, Type, VarId};
 use crate::source::Span;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -49,10 +49,14 @@ pub fn function_name(m: &Module, func: FuncId) -> Option<&str> {
 }
 
 /// Storage of freed tensors, by size in lines, for the outputs of kernels that overwrite them.
-/// It holds at most [`Buffers::LIMIT`] bytes; an executable keeps one across its runs.
+/// It keeps only storage of the sizes such outputs have ([`Buffers::for_sizes`]; none for
+/// [`Buffers::default`]), so storage that nothing would reuse goes back to the allocator at
+/// once, and at most [`Buffers::LIMIT`] bytes; an executable keeps one across its runs.
 #[derive(Debug, Default)]
 pub struct Buffers {
     free: Mutex<FreeList>,
+    /// The sizes kept, in lines.
+    wanted: BTreeSet<usize>,
 }
 
 /// Freed storage by size in lines, and the bytes it holds.
@@ -62,10 +66,19 @@ impl Buffers {
     /// The most bytes kept.
     pub const LIMIT: usize = 1 << 30;
 
-    /// Keeps `storage` for reuse (dropped when the limit would be passed).
+    /// Buffers that keep storage of `wanted` sizes (in lines) only.
+    pub fn for_sizes(wanted: BTreeSet<usize>) -> Buffers {
+        Buffers {
+            free: Mutex::default(),
+            wanted,
+        }
+    }
+
+    /// Keeps `storage` for reuse (dropped when no output has its size, or when the limit would
+    /// be passed).
     pub fn put(&self, storage: Storage) {
         let bytes = storage.as_bytes().len();
-        if bytes == 0 {
+        if bytes == 0 || !self.wanted.contains(&storage.lines()) {
             return;
         }
         let mut g = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -317,21 +330,30 @@ impl Program {
         })
     }
 
-    /// Calls and wall time of each kernel of [`Program::kernels`] (same order) over every run
-    /// so far: the time of a call covers its output storage and the kernel itself.
-    pub fn kernel_times(&self) -> Vec<(u64, std::time::Duration)> {
-        let mut out = vec![(0, std::time::Duration::ZERO); self.kernels.len()];
+    /// The kernel steps, branches included.
+    fn kernel_steps(&self) -> Vec<&StepKind> {
+        let mut out = Vec::new();
         let mut stack = vec![&self.body];
         while let Some(b) = stack.pop() {
             for step in &b.steps {
                 match &step.kind {
-                    StepKind::Kernel { record, time, .. } => {
-                        if let Some(o) = out.get_mut(*record) {
-                            *o = time.get();
-                        }
-                    }
+                    k @ StepKind::Kernel { .. } => out.push(k),
                     StepKind::If { branches, .. } => stack.extend(branches.iter()),
                     _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// Calls and wall time of each kernel of [`Program::kernels`] (same order) over every run
+    /// so far: the time of a call covers its output storage and the kernel itself.
+    pub fn kernel_times(&self) -> Vec<(u64, std::time::Duration)> {
+        let mut out = vec![(0, std::time::Duration::ZERO); self.kernels.len()];
+        for k in self.kernel_steps() {
+            if let StepKind::Kernel { record, time, .. } = k {
+                if let Some(o) = out.get_mut(*record) {
+                    *o = time.get();
                 }
             }
         }
@@ -344,16 +366,25 @@ impl Program {
         for (_, t) in &self.consts {
             f(t.bytes());
         }
-        let mut stack = vec![&self.body];
-        while let Some(b) = stack.pop() {
-            for step in &b.steps {
-                match &step.kind {
-                    StepKind::Kernel { kernel, .. } => kernel.resident(f),
-                    StepKind::If { branches, .. } => stack.extend(branches.iter()),
-                    _ => {}
+        for k in self.kernel_steps() {
+            if let StepKind::Kernel { kernel, .. } = k {
+                kernel.resident(f);
+            }
+        }
+    }
+
+    /// The sizes (in lines) of the outputs of kernel steps that overwrite their outputs
+    /// (branches included): the storage worth keeping for reuse ([`Buffers::for_sizes`]).
+    pub fn reused_output_sizes(&self) -> BTreeSet<usize> {
+        let mut out = BTreeSet::new();
+        for k in self.kernel_steps() {
+            if let StepKind::Kernel { kernel, flat, .. } = k {
+                if kernel.overwrites_outputs() {
+                    out.extend(flat.iter().filter_map(Tensor::lines_of));
                 }
             }
         }
+        out
     }
 
     /// Number of kernel steps (branches included).
@@ -1120,7 +1151,7 @@ mod buffer_tests {
             s.as_bytes_mut().fill(v);
             s
         };
-        let b = Buffers::default();
+        let b = Buffers::for_sizes([4, 8, Buffers::LIMIT / 64, 1].into_iter().collect());
         b.put(filled(4, 1));
         b.put(filled(4, 2));
         b.put(filled(8, 3));
@@ -1136,5 +1167,18 @@ mod buffer_tests {
         b.put(Storage::zeroed(Buffers::LIMIT / 64).unwrap());
         b.put(filled(1, 0));
         assert_eq!(b.bytes(), Buffers::LIMIT);
+    }
+
+    #[test]
+    fn buffers_keep_only_the_sizes_wanted() {
+        let b = Buffers::for_sizes([4].into_iter().collect());
+        b.put(Storage::zeroed(3).unwrap());
+        b.put(Storage::zeroed(5).unwrap());
+        assert_eq!(b.bytes(), 0);
+        b.put(Storage::zeroed(4).unwrap());
+        assert_eq!(b.bytes(), 4 * 64);
+        let none = Buffers::default();
+        none.put(Storage::zeroed(4).unwrap());
+        assert_eq!(none.bytes(), 0);
     }
 }

@@ -262,8 +262,14 @@ fn bad_inputs_are_diagnostics() {
             "E2305",
             "twice",
         ),
-        (vec![npy("mnist-x.npy")], 2, "", "NAME=FILE.npy"),
-        (vec!["x=".to_string()], 2, "", "NAME=FILE.npy"),
+        (vec![npy("mnist-x.npy")], 2, "E2309", "NAME=FILE.npy"),
+        (vec!["x=".to_string()], 2, "E2309", "NAME=FILE.npy"),
+        (
+            vec![format!("={}", npy("mnist-x.npy"))],
+            2,
+            "E2309",
+            "NAME=FILE.npy",
+        ),
         (vec!["x=missing.npy".to_string()], 2, "E0901", "missing.npy"),
     ];
     for (inputs, code, id, text) in cases {

@@ -131,8 +131,10 @@ fn plan_devices_prints_minimal_and_complete_forms() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// `--tvm-compat` on every command that prints a module: `parse`, `plan-devices` and
-/// `partition` write devices as TVM does, and what they write reads back and plans the same.
+/// `--tvm-compat` on every command that prints a module it was given: `parse`, `plan-devices`
+/// and `partition` write devices as TVM does, and what they write reads back and plans the same.
+/// `generate` writes models with no devices and a return type on `@main`: nothing for the flag
+/// to change.
 #[test]
 fn tvm_compat_on_every_command_that_prints_a_module() {
     let dir = tempfile::tempdir().unwrap();
@@ -185,4 +187,20 @@ fn tvm_compat_on_every_command_that_prints_a_module() {
     crate::support::assert_tvm_device_syntax("partition", &text);
     assert!(text.contains("#[metadata]"), "{text}");
     run(&["parse", out]);
+    for (what, args) in [
+        ("generate gpt2", vec!["generate", "gpt2", "--layers", "1"]),
+        (
+            "generate bert",
+            vec!["generate", "bert", "--layers", "1", "--seq", "4"],
+        ),
+    ] {
+        let text = run(&args);
+        crate::support::assert_tvm_device_syntax(what, &text);
+        assert!(!text.contains("virtual_device"), "{what}");
+        let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("def @")).collect();
+        assert!(
+            !heads.is_empty() && heads.iter().all(|h| h.contains(") -> ")),
+            "{what}: {heads:?}"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! The documentation stays in step with the code: every diagnostic code is documented, and every
-//! code that RelayScript input can trigger has an err fixture.
+//! code that RelayScript input can trigger has an err fixture; tests and benches name no path of
+//! the machine they were written on.
 
 use crate::support::root;
 use collage::diag::ALL_CODES;
@@ -49,4 +50,39 @@ fn every_relay_code_has_an_err_fixture() {
         missing.is_empty(),
         "codes without an err fixture: {missing:?}"
     );
+}
+
+/// Tests and benches cite files relative to the repository (the reference notes as
+/// `../shared/reference/...`), never by a path of the machine they were written on.
+#[test]
+fn tests_cite_no_absolute_path_of_a_development_machine() {
+    // Built here, so that this file does not name them itself.
+    let prefixes: Vec<String> = ["work", "home", "Users", "root"]
+        .iter()
+        .map(|d| format!("/{d}/"))
+        .collect();
+    let mut stack = vec![root().join("tests"), root().join("benches")];
+    let mut files = 0;
+    let mut found = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            // Binary files (npy data) are skipped.
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            files += 1;
+            for (n, line) in text.lines().enumerate() {
+                if prefixes.iter().any(|p| line.contains(p.as_str())) {
+                    found.push(format!("{}:{}: {line}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(files > 500, "{files} text files");
+    assert!(found.is_empty(), "absolute paths:\n{}", found.join("\n"));
 }

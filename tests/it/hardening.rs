@@ -235,6 +235,28 @@ fn a_users_rules_file_imports_the_shipped_library_from_anywhere() {
     );
 }
 
+/// The first place an import is looked for is next to the importing file: a user's own
+/// `tvm.rules` there is used instead of the shipped library's file of that name.
+#[test]
+fn an_import_next_to_the_importer_comes_before_the_shipped_library() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tvm.rules"),
+        "target localtvm {\n    device = cuda(0);\n    rule = op_call_by_kind;\n}\n\
+         target host {\n    host = true;\n    device = cpu;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("user.rules"), "import \"tvm.rules\";\n").unwrap();
+    let out = collage_in(dir.path(), ["check", "--print", "user.rules"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let targets: Vec<&str> = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("target "))
+        .collect();
+    assert_eq!(targets, ["localtvm {", "host {"], "{printed}");
+}
+
 #[test]
 fn a_target_without_costs_is_warned_about_under_the_analytic_estimator() {
     let rules = fixture("user-rules/no-cost.rules");

@@ -361,10 +361,11 @@ struct MeasureFlags {
     /// Show progress on stderr even when it is not a terminal (a line every few seconds).
     #[arg(long)]
     progress: bool,
-    /// Time candidates in a warm loop, as TVM does, instead of evicting the caches before each
-    /// timed call (measurements of the two kinds are cached apart).
+    /// Time each call of a candidate alone, after evicting from the caches the buffers its
+    /// kernels keep (weights, packed weights, scratch), as inside a whole model, instead of
+    /// TVM's warm loop (measurements of the two kinds are cached apart).
     #[arg(long)]
-    warm_candidates: bool,
+    cold_candidates: bool,
     /// Raise the scheduling weight of this session while measuring (`/proc/self/autogroup`;
     /// needs the right to raise priority), so other sessions' work disturbs timings less.
     #[arg(long)]
@@ -379,7 +380,7 @@ impl MeasureFlags {
             cache: self.cache.clone(),
             budget: self.measure_budget,
             seed: self.seed,
-            warm: self.warm_candidates,
+            cold: self.cold_candidates,
             raise_priority: self.raise_priority,
         }
     }

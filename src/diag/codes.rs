@@ -2,8 +2,10 @@
 //! checks this); codes are never reused for a different meaning.
 //!
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
-//! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx` files and I/O,
-//! `E21xx` partitioning, `E22xx` the bounds of candidate enumeration.
+//! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx`
+//! files and I/O, `E10xx`-`E18xx` the rules language, `E21xx` partitioning, `E22xx` the
+//! bounds of candidate enumeration, `E23xx` execution, `E24xx` measurement. A `W` code is a
+//! warning numbered in the same ranges.
 
 use super::Code;
 
@@ -118,6 +120,15 @@ codes! {
     /// A value used on another device than its own, with no `device_copy` between them.
     E0704 = "E0704", "device mismatch without copy";
 
+    /// A file that cannot be read.
+    E0901 = "E0901", "cannot read file";
+    /// An output file that cannot be written.
+    E0902 = "E0902", "cannot write file";
+    /// An output path that names an input or another output of the same command.
+    E0903 = "E0903", "output path collides";
+    /// A module without `def @main`, given to a command that works on `@main`.
+    E0904 = "E0904", "no @main function";
+
     /// A `.rules` text that does not fit the grammar.
     E1001 = "E1001", "syntax error in rules";
     /// A malformed literal in a `.rules` file (bad escape, number out of range).
@@ -201,6 +212,13 @@ codes! {
     /// A target that the analytic estimator is asked to price but has no cost block.
     W2107 = "W2107", "target without analytic costs";
 
+    /// The e-graph outgrew `--max-enodes` while equivalences were applied.
+    E2201 = "E2201", "e-graph node limit reached";
+    /// The equivalences did not saturate within `--max-egraph-iters` rounds.
+    E2202 = "E2202", "e-graph iteration limit reached";
+    /// A target's rules produced more candidates than `--max-candidates` (or needed more work).
+    E2203 = "E2203", "candidate limit reached";
+
     /// An operator, attribute value or dtype the reference interpreter cannot run.
     E2301 = "E2301", "operator not supported by the interpreter";
     /// A construct of the program that cannot be executed (dynamic shapes, recursion, function
@@ -223,13 +241,6 @@ codes! {
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
 
-    /// The e-graph outgrew `--max-enodes` while equivalences were applied.
-    E2201 = "E2201", "e-graph node limit reached";
-    /// The equivalences did not saturate within `--max-egraph-iters` rounds.
-    E2202 = "E2202", "e-graph iteration limit reached";
-    /// A target's rules produced more candidates than `--max-candidates` (or needed more work).
-    E2203 = "E2203", "candidate limit reached";
-
     /// The measurement cache cannot be opened or created (or there is no cache directory).
     E2401 = "E2401", "cannot use the measurement cache";
     /// A damaged measurement cache was moved aside and rebuilt empty.
@@ -242,13 +253,18 @@ codes! {
     E2405 = "E2405", "cannot clear the cache";
     /// `--raise-priority` could not raise the scheduling weight (a warning).
     W2406 = "W2406", "cannot raise the priority";
+}
 
-    /// A file that cannot be read.
-    E0901 = "E0901", "cannot read file";
-    /// An output file that cannot be written.
-    E0902 = "E0902", "cannot write file";
-    /// An output path that names an input or another output of the same command.
-    E0903 = "E0903", "output path collides";
-    /// A module without `def @main`, given to a command that works on `@main`.
-    E0904 = "E0904", "no @main function";
+#[cfg(test)]
+mod tests {
+    use super::ALL_CODES;
+
+    #[test]
+    fn codes_are_listed_in_numeric_order_once() {
+        let numbers: Vec<u32> = ALL_CODES
+            .iter()
+            .map(|c| c.id[1..].parse().unwrap())
+            .collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    }
 }

@@ -22,8 +22,8 @@ pub struct MeasureArgs {
     pub budget: Option<f64>,
     /// The seed of random inputs and weights.
     pub seed: u64,
-    /// Time candidates in a warm loop instead of after evicting the caches.
-    pub warm: bool,
+    /// Time candidates after evicting their kernels' buffers instead of in a warm loop.
+    pub cold: bool,
     /// Raise the scheduling weight of this session's autogroup while the command runs.
     pub raise_priority: bool,
 }
@@ -74,8 +74,8 @@ pub fn open(
         eprintln!("error[{}]: {e}", diag::E2401.id);
         Outcome::Usage
     })?;
-    let mut settings = if args.warm {
-        measure::protocol::Settings::candidates_warm()
+    let mut settings = if args.cold {
+        measure::protocol::Settings::candidates_cold()
     } else {
         measure::protocol::Settings::candidates()
     };

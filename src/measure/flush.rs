@@ -1,4 +1,4 @@
-//! Cold weights for candidate timings.
+//! Cold weights for candidate timings (`--cold-candidates`).
 //!
 //! A candidate timed in a loop keeps its weights, its packed weights and its working memory in
 //! the processor's caches from one call to the next. Inside a whole model it does not: between

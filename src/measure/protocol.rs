@@ -19,7 +19,7 @@
 //! median absolute deviation of the repeats' means divided by their median, a relative figure
 //! that one disturbed repeat does not move.
 //!
-//! With [`Settings::cold`], every timed call is preceded by an untimed preparation (the caller
+//! With [`Settings::cold`] (`--cold-candidates`), every timed call is preceded by an untimed preparation (the caller
 //! evicts the caches, see [`super::flush`]) and each call is timed on its own; a repeat's mean
 //! is then the mean of its calls' own times. Warm-up calls are not prepared.
 //!
@@ -48,9 +48,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// For candidates: 20 ms of warm-up, then each call timed alone after the caches are
-    /// evicted, 5 to 20 such calls, stop at 2 % spread, 1 s per candidate.
-    pub fn candidates() -> Settings {
+    /// For candidates with cold weights (`--cold-candidates`): 20 ms of warm-up, then each
+    /// call timed alone after its kernels' buffers are evicted, 5 to 20 such calls, stop at
+    /// 2 % spread, 1 s per candidate.
+    pub fn candidates_cold() -> Settings {
         Settings {
             warmup: Duration::from_millis(20),
             min_repeat: Duration::ZERO,
@@ -62,9 +63,9 @@ impl Settings {
         }
     }
 
-    /// TVM's warm loop for candidates: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10
+    /// For candidates, TVM's warm loop: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10
     /// repeats, stop at 2 % spread, 1 s per candidate; nothing is evicted between calls.
-    pub fn candidates_warm() -> Settings {
+    pub fn candidates() -> Settings {
         Settings {
             warmup: Duration::from_millis(20),
             min_repeat: Duration::from_millis(10),
@@ -292,7 +293,7 @@ mod tests {
     #[test]
     fn the_first_call_and_the_warm_up_are_not_part_of_the_cost() {
         // A first call of 500 ms (lazy JIT) and three slow warm-up calls, then 1 ms per call.
-        let t = run(&Settings::candidates_warm(), |k| match k {
+        let t = run(&Settings::candidates(), |k| match k {
             0 => 500.0,
             1..=3 => 5.0,
             _ => 1.0,
@@ -307,11 +308,11 @@ mod tests {
     #[test]
     fn calls_per_repeat_fill_the_minimum_repeat_time() {
         // 0.1 ms per call: 10 ms repeats need 100 calls.
-        let t = run(&Settings::candidates_warm(), |_| 0.1);
+        let t = run(&Settings::candidates(), |_| 0.1);
         assert_eq!(t.number, 100);
         assert!((t.seconds - 1e-4).abs() < 1e-12);
         // A call longer than the minimum repeat: one call per repeat.
-        let t = run(&Settings::candidates_warm(), |_| 40.0);
+        let t = run(&Settings::candidates(), |_| 40.0);
         assert_eq!(t.number, 1);
         assert_eq!(calls_per_repeat(Duration::ZERO, ms(10.0)), 1_000_000);
         assert_eq!(calls_per_repeat(ms(3.0), Duration::ZERO), 1);
@@ -325,7 +326,7 @@ mod tests {
         let s = Settings {
             min_repeat: Duration::ZERO,
             warmup: Duration::ZERO,
-            ..Settings::candidates_warm()
+            ..Settings::candidates()
         };
         let t = run(&s, |k| if k < 2 { 1.0 } else { (k - 1) as f64 });
         assert_eq!(t.repeats.len(), 10);
@@ -337,7 +338,7 @@ mod tests {
     fn one_disturbed_repeat_does_not_move_the_result() {
         let s = Settings {
             min_repeat: Duration::ZERO,
-            ..Settings::candidates_warm()
+            ..Settings::candidates()
         };
         // The third repeat is preempted (10x slower).
         let t = run(&s, |k| if k == 4 { 20.0 } else { 2.0 });
@@ -351,12 +352,12 @@ mod tests {
         // Calls slowing down from 100 ms by 10 ms each never converge; with a 1 s budget: the
         // first call (100), one warm-up call (110), then repeats while the next one fits
         // (120, 130, 140, 150, 160: 910 ms; a sixth would end at 1080).
-        let t = run(&Settings::candidates_warm(), |k| 100.0 + 10.0 * k as f64);
+        let t = run(&Settings::candidates(), |k| 100.0 + 10.0 * k as f64);
         assert_eq!(t.repeats.len(), 5, "{t:?}");
         assert!(t.elapsed <= 1.0, "{t:?}");
         assert!((t.seconds - 0.14).abs() < 1e-9);
         // A single call longer than the budget still gives one repeat.
-        let t = run(&Settings::candidates_warm(), |_| 3000.0);
+        let t = run(&Settings::candidates(), |_| 3000.0);
         assert_eq!(t.repeats.len(), 1);
         assert_eq!(t.calls, 3);
         assert!((t.seconds - 3.0).abs() < 1e-9);
@@ -378,7 +379,7 @@ mod tests {
             clock.0.set(clock.0.get() + ms(t));
             Ok(())
         };
-        let s = Settings::candidates();
+        let s = Settings::candidates_cold();
         let t = measure(&clock, &s, &mut prepare, &mut call).unwrap();
         // One call per repeat, each prepared; warm-up calls are not.
         assert_eq!(t.number, 1);
@@ -420,7 +421,7 @@ mod tests {
             }
         };
         assert_eq!(
-            measure(&clock, &Settings::candidates_warm(), &mut || {}, &mut call),
+            measure(&clock, &Settings::candidates(), &mut || {}, &mut call),
             Err("division by zero")
         );
     }

@@ -118,7 +118,7 @@ fn a_second_partition_measures_nothing() {
     assert_eq!(n(measure_stats(&third), "cached"), 0);
     assert_eq!(n(measure_stats(&third), "threads"), 1);
 
-    // So is a warm loop (candidates timed without evicting their buffers first).
+    // So is a cold measurement (each call timed after its kernels' buffers are evicted).
     let (fourth, err, code) = partition(
         &small(),
         &cache,
@@ -127,7 +127,7 @@ fn a_second_partition_measures_nothing() {
             "measure",
             "--target",
             "tvm_cpu",
-            "--warm-candidates",
+            "--cold-candidates",
         ],
     );
     assert_eq!(code, 0, "{err}");

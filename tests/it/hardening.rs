@@ -355,4 +355,46 @@ fn a_negative_timeout_is_an_invalid_value_not_an_unknown_flag() {
         err.contains("invalid value '-3' for '--tvm-max-depth"),
         "{err}"
     );
+    // Every numeric flag: a negative value is a bad value of that flag (clap's message for a
+    // type that cannot be negative, or the command's own check), never an unknown argument.
+    let numeric: [&[&str]; 27] = [
+        &["parse", MNIST, "--max-input-size"],
+        &["candidates", MNIST, "--max-enodes"],
+        &["candidates", MNIST, "--max-egraph-iters"],
+        &["candidates", MNIST, "--max-candidates"],
+        &["candidates", MNIST, "--byoc-max-depth"],
+        &["partition", MNIST, "--max-candidates"],
+        &["partition", MNIST, "--threads"],
+        &["partition", MNIST, "--seed"],
+        &["partition", MNIST, "--costs", "measure", "--measure-budget"],
+        &["fuse", MNIST, "--max-depth"],
+        &["run", MNIST, "--seed"],
+        &["run", MNIST, "--repeat"],
+        &["run", MNIST, "--warmup"],
+        &["run", MNIST, "--threads"],
+        &["run", MNIST, "--rtol"],
+        &["run", MNIST, "--atol"],
+        &["run", MNIST, "--compile-timeout"],
+        &["bench", MNIST, "--cost-timeout"],
+        &["bench", MNIST, "--run-budget"],
+        &["bench", MNIST, "--rtol"],
+        &["bench", MNIST, "--atol"],
+        &["bench", MNIST, "--threads"],
+        &["bench", MNIST, "--measure-budget"],
+        &["bench", MNIST, "--max-enodes"],
+        &["generate", "gpt2", "--layers"],
+        &["generate", "bert", "--layers"],
+        &["generate", "bert", "--seq"],
+    ];
+    for args in numeric {
+        let flag = args[args.len() - 1];
+        let mut args = args.to_vec();
+        args.push("-1");
+        let out = collage(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
 }

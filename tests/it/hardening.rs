@@ -100,6 +100,16 @@ fn a_module_without_main_is_named_with_its_functions() {
         vec!["candidates", "only-foo.relay"],
         vec!["fuse", "only-foo.relay"],
         vec!["parse", "--json", "only-foo.relay"],
+        vec!["run", "only-foo.relay", "--backend", "reference"],
+        vec![
+            "run",
+            "../../models/mnist.relay",
+            "--backend",
+            "reference",
+            "--compare-with",
+            "only-foo.relay",
+        ],
+        vec!["bench", "only-foo.relay", "--costs", "analytic"],
     ] {
         let out = collage_in(&root().join(FIXTURES), &args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");

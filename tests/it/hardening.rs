@@ -307,9 +307,20 @@ fn costs_too_large_to_add_stay_finite() {
         .skip(1)
         .take_while(|l| l.starts_with("  "))
         .collect();
-    assert!(!baselines.is_empty(), "{text}");
+    assert!(
+        baselines
+            .iter()
+            .any(|l| l.trim_start().starts_with("greedy:dnnl")),
+        "{text}"
+    );
+    // Every baseline covers the model: a greedy region whose mock cost overflows (1.5e308 for
+    // its first operator, 0.9 of that for the next) is very dear, not unusable.
     for line in baselines {
-        assert!(!line.contains("invalid"), "{line}");
+        assert!(
+            !line.contains("invalid") && !line.contains("no cover"),
+            "{line}"
+        );
+        assert!(line.contains("1.797693e308s"), "{line}");
     }
 }
 

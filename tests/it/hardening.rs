@@ -333,6 +333,8 @@ fn uncovered_nodes_say_why_the_estimator_refused() {
             "cmd: the command printed `soon`, not a number of seconds",
         ),
         ("cmd:sleep 5", "cmd: the command timed out after 0.2 s"),
+        // An endless answer is cut at the limit rather than read into memory.
+        ("cmd:yes 1", "cmd: the command printed more than 64 KiB"),
     ];
     for (spec, why) in cases {
         let out = collage([

@@ -243,10 +243,13 @@ fn outputs_that_collide_are_refused_before_any_work() {
     for f in ["prelude.rules", "tvm.rules"] {
         copy_into(d, &format!("rules/{f}"), &format!("rules/{f}"));
     }
+    std::fs::write(d.join("costs.json"), r#"{"targets": {"tvm_cpu": 1.0}}"#).unwrap();
+    let original_costs = std::fs::read(d.join("costs.json")).unwrap();
+    let original_tvm = std::fs::read(d.join("rules/tvm.rules")).unwrap();
     let original_model = std::fs::read(&model).unwrap();
     let original_prelude = std::fs::read(d.join("rules/prelude.rules")).unwrap();
     std::os::unix::fs::symlink("model.relay", d.join("alias.relay")).unwrap();
-    let refused: [&[&str]; 6] = [
+    let refused: [&[&str]; 12] = [
         &[
             "partition",
             "model.relay",
@@ -282,6 +285,59 @@ fn outputs_that_collide_are_refused_before_any_work() {
             "--dot",
             "rules/prelude.rules",
         ],
+        // A cost file is an input too.
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "mock:costs.json",
+            "--dot",
+            "costs.json",
+        ],
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "analytic+table:./costs.json",
+            "-o",
+            "costs.json",
+        ],
+        // The measurement database is written: it may name no input and no other output.
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "measure",
+            "--cache",
+            "alias.relay",
+        ],
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "measure",
+            "--cache",
+            "x.relay",
+            "-o",
+            "x.relay",
+        ],
+        // `bench --plot` as well: a rules file, one it imports, the model.
+        &[
+            "bench",
+            "model.relay",
+            "--rules",
+            "rules/tvm.rules",
+            "--plot",
+            "rules/tvm.rules",
+        ],
+        &[
+            "bench",
+            "model.relay",
+            "--rules",
+            "rules/tvm.rules",
+            "--plot",
+            "rules/prelude.rules",
+        ],
     ];
     for args in refused {
         let out = collage_in(d, args);
@@ -291,6 +347,12 @@ fn outputs_that_collide_are_refused_before_any_work() {
         assert!(out.stdout.is_empty(), "{args:?}: work was done");
     }
     assert_eq!(std::fs::read(&model).unwrap(), original_model);
+    assert_eq!(std::fs::read(d.join("costs.json")).unwrap(), original_costs);
+    assert_eq!(
+        std::fs::read(d.join("rules/tvm.rules")).unwrap(),
+        original_tvm
+    );
+    assert!(!d.join("model.relay.corrupt").exists());
     assert_eq!(
         std::fs::read(d.join("rules/prelude.rules")).unwrap(),
         original_prelude

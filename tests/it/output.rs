@@ -2,7 +2,7 @@
 //! output, and paths that collide. Every file these tests make lives in a temporary directory of
 //! their own; `/dev/full` is only ever standard output.
 
-use crate::support::{collage, collage_in, root};
+use crate::support::{cache_dir, collage, collage_in, root};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -169,6 +169,7 @@ fn to_full_disk(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_collage"))
         .args(args)
         .current_dir(root())
+        .env("COLLAGE_CACHE_DIR", cache_dir())
         .stdout(Stdio::from(full))
         .stderr(Stdio::piped())
         .output()
@@ -178,7 +179,7 @@ fn to_full_disk(args: &[&str]) -> std::process::Output {
 #[test]
 fn every_command_reports_a_failed_write_on_standard_output() {
     let rules = "rules/tvm.rules";
-    let commands: [&[&str]; 10] = [
+    let commands: [&[&str]; 16] = [
         &["parse", MODEL],
         &["parse", MODEL, "--json"],
         &["partition", MODEL],
@@ -189,6 +190,21 @@ fn every_command_reports_a_failed_write_on_standard_output() {
         &["plan-devices", MODEL],
         &["check", "--print", rules],
         &["generate", "gpt2", "--layers", "1"],
+        &["run", MODEL, "--backend", "reference"],
+        &["run", MODEL, "--backend", "reference", "--format", "json"],
+        &["backends"],
+        &["cache", "stats"],
+        &["cache", "stats", "--json"],
+        &[
+            "bench",
+            MODEL,
+            "--costs",
+            "analytic",
+            "--target",
+            "tvm_cpu",
+            "--run-budget",
+            "0.05",
+        ],
     ];
     for args in commands {
         let out = to_full_disk(args);

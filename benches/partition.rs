@@ -101,7 +101,7 @@ fn bench_greedy(c: &mut Criterion) {
     let mut sources = SourceMap::new();
     let library = collage::library::program().expect("the shipped library checks");
     let limits = collage::enumerate::Limits::default();
-    for layers in [24, 96, 384] {
+    for layers in [24, 48, 96, 192, 384] {
         let file = sources.add(
             format!("bert_{layers}.relay"),
             collage::gen::bert_large(layers, 128),

@@ -14,7 +14,7 @@ struct Cli {
     /// The largest input file read (model, rules file, cost table): bytes, or with a suffix
     /// `K`, `M`, `G` (powers of 1024); at most 4G less one byte.
     #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size,
-          default_value = "1G")]
+          default_value = "1G", allow_negative_numbers = true)]
     max_input_size: u64,
 }
 
@@ -151,7 +151,7 @@ enum Command {
         /// The model file (`.relay`).
         model: PathBuf,
         /// Seed of the pseudo-random weights and inputs.
-        #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED)]
+        #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
         seed: u64,
         /// An input from a NumPy file, by parameter name (without `%`); repeatable. Parameters
         /// not given are drawn from the seed.
@@ -161,13 +161,23 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
         /// Timed runs.
-        #[arg(long, value_name = "N", default_value_t = 1)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 1,
+            allow_negative_numbers = true
+        )]
         repeat: usize,
         /// Untimed runs before the timed ones.
-        #[arg(long, value_name = "N", default_value_t = 0)]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            allow_negative_numbers = true
+        )]
         warmup: usize,
         /// Worker threads (default: all cores).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
         threads: Option<usize>,
         /// Report format.
         #[arg(long, value_enum, default_value_t = FormatArg::Table)]
@@ -177,10 +187,10 @@ enum Command {
         #[arg(long, value_name = "OTHER.relay")]
         compare_with: Vec<PathBuf>,
         /// Relative tolerance of the comparison (default per dtype).
-        #[arg(long, value_name = "X")]
+        #[arg(long, value_name = "X", allow_negative_numbers = true)]
         rtol: Option<f64>,
         /// Absolute tolerance of the comparison (default per dtype).
-        #[arg(long, value_name = "X")]
+        #[arg(long, value_name = "X", allow_negative_numbers = true)]
         atol: Option<f64>,
         /// Which backends run the model: `auto` (each partition on the backend of its target
         /// where this machine has it: the native operators as generated code, `dnnl` and
@@ -193,7 +203,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
         /// The time limit of one C compiler run, in seconds (default 300).
-        #[arg(long, value_name = "SECS")]
+        #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
         compile_timeout: Option<f64>,
         /// Also run the model on the reference interpreter and compare the outputs (default
         /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
@@ -238,10 +248,10 @@ enum Command {
         run_budget: Option<f64>,
         /// Relative tolerance of the output check against the reference interpreter (default
         /// 1e-3 for float32, 5e-2 for float16).
-        #[arg(long, value_name = "X")]
+        #[arg(long, value_name = "X", allow_negative_numbers = true)]
         rtol: Option<f64>,
         /// Absolute tolerance of the output check (default as `--rtol`).
-        #[arg(long, value_name = "X")]
+        #[arg(long, value_name = "X", allow_negative_numbers = true)]
         atol: Option<f64>,
         /// Report format.
         #[arg(long, value_enum, default_value_t = FormatArg::Table)]
@@ -343,7 +353,7 @@ struct CachePlace {
 #[derive(clap::Args, Clone, Debug)]
 struct MeasureFlags {
     /// Threads the candidates (and, for `bench`, the placements) run on (default: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     threads: Option<usize>,
     /// The cache directory for kernels and measurements (default: `$COLLAGE_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/collage`, else `~/.cache/collage`).
@@ -356,7 +366,7 @@ struct MeasureFlags {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     measure_budget: Option<f64>,
     /// Seed of the random weights and inputs of measurements.
-    #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED)]
+    #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
     seed: u64,
     /// Show progress on stderr even when it is not a terminal (a line every few seconds).
     #[arg(long)]
@@ -408,17 +418,17 @@ struct Bounds {
     byoc_max_depth: u32,
     /// E-nodes the equivalences may add to the e-graph.
     #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_enodes: u64,
     /// Rounds of equivalence application before the e-graph must be saturated.
     #[arg(long, value_name = "N",
           default_value_t = collage::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_egraph_iters: u64,
     /// Candidates one rule of a target may hold (the unions combining builds included).
     #[arg(long, value_name = "N",
           default_value_t = collage::enumerate::DEFAULT_MAX_CANDIDATES as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_candidates: u64,
 }
 

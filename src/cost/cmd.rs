@@ -3,14 +3,19 @@
 //! stdin and the environment variables `COLLAGE_TARGET` (the target's name) and
 //! `COLLAGE_COMPILER` (its BYOC compiler, empty for native targets). The command prints the
 //! measured seconds on stdout (`inf` or `invalid` when the target cannot run the candidate,
-//! `nan` or `unknown` to defer to the next estimator). A non-zero exit, unreadable output or a
-//! run longer than the time limit is an `INVALID` cost. Runs happen in parallel and the cache
-//! asks once per structure and target.
+//! `nan` or `unknown` to defer to the next estimator). A non-zero exit, unreadable output (more
+//! than [`MAX_ANSWER`] bytes among it: the rest is not read) or a run longer than the time limit
+//! is an `INVALID` cost. Runs happen in parallel and the cache asks once per structure and
+//! target.
 
 use super::{Cost, Estimate, Estimator, Request};
 use std::io::{Read, Write};
 use std::process::{Command as Process, Stdio};
 use std::time::{Duration, Instant};
+
+/// The most a measurer's standard output is read: its answer is one number. A command that
+/// prints more is stopped there (its pipe closes), so an endless printer cannot fill memory.
+pub const MAX_ANSWER: usize = 64 << 10;
 
 /// The external measurer.
 pub struct Command {
@@ -53,8 +58,13 @@ impl Command {
         let mut stdout = child.stdout.take().ok_or_else(piped)?;
         let (send, receive) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut out = String::new();
-            let _ = stdout.read_to_string(&mut out);
+            // One byte past the limit tells an over-long answer from one that just fits. The
+            // answer is sent before the pipe closes (when `stdout` drops at the end), so it is
+            // there by the time a command that goes on printing dies of the closed pipe.
+            let mut out = Vec::new();
+            let _ = (&mut stdout)
+                .take(MAX_ANSWER as u64 + 1)
+                .read_to_end(&mut out);
             let _ = send.send(out);
         });
         let start = Instant::now();
@@ -79,6 +89,11 @@ impl Command {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let too_long = || format!("printed more than {} KiB", MAX_ANSWER >> 10);
+        let early = receive.try_recv().ok();
+        if early.as_ref().is_some_and(|o| o.len() > MAX_ANSWER) {
+            return Err(too_long());
+        }
         let status = status.ok_or_else(|| {
             format!(
                 "timed out after {} s (`--cost-timeout`)",
@@ -92,13 +107,22 @@ impl Command {
             });
         }
         // The output, if the pipe closes within what is left of the time limit.
-        let left = self
-            .timeout
-            .saturating_sub(start.elapsed())
-            .max(Duration::from_millis(100));
-        receive
-            .recv_timeout(left)
-            .map_err(|_| "did not close its output before the time limit".to_string())
+        let out = match early {
+            Some(out) => out,
+            None => {
+                let left = self
+                    .timeout
+                    .saturating_sub(start.elapsed())
+                    .max(Duration::from_millis(100));
+                receive
+                    .recv_timeout(left)
+                    .map_err(|_| "did not close its output before the time limit".to_string())?
+            }
+        };
+        if out.len() > MAX_ANSWER {
+            return Err(too_long());
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }
 
@@ -202,13 +226,31 @@ mod tests {
             c.run(String::new(), "t", ""),
             Err("exited with status 3".to_string())
         );
-        let c = Command::new(
-            "cat >/dev/null; echo $COLLAGE_TARGET",
-            Duration::from_secs(5),
-        );
+        let c = Command::new(": \"$(cat)\"; echo $COLLAGE_TARGET", Duration::from_secs(5));
         assert_eq!(
             c.run("x".repeat(1 << 20), "cutlass", "").as_deref(),
             Ok("cutlass\n")
+        );
+    }
+
+    #[test]
+    fn an_endless_answer_is_cut_short() {
+        let c = Command::new("yes 1", Duration::from_secs(30));
+        let start = Instant::now();
+        assert_eq!(
+            c.run(String::new(), "t", ""),
+            Err("printed more than 64 KiB".to_string())
+        );
+        assert!(start.elapsed() < Duration::from_secs(20));
+        // An answer of exactly the limit is read whole; one byte more is refused.
+        let padded =
+            |n: usize| Command::new(&format!("printf '%0{n}d' 7"), Duration::from_secs(10));
+        let at = padded(MAX_ANSWER).run(String::new(), "t", "");
+        assert_eq!(at.as_ref().map(|s| s.len()), Ok(MAX_ANSWER));
+        assert_eq!(parse_seconds(&at.unwrap()), Cost::value(7.0));
+        assert_eq!(
+            padded(MAX_ANSWER + 1).run(String::new(), "t", ""),
+            Err("printed more than 64 KiB".to_string())
         );
     }
 }

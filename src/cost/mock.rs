@@ -38,11 +38,13 @@ impl Mock {
         Ok(Mock { costs })
     }
 
-    /// TVM's formula for `n` operator calls at base cost `c`.
+    /// TVM's formula for `n` operator calls at base cost `c`. A sum past the largest finite
+    /// number saturates there ([`super::add_seconds`]): the candidate is very dear, not
+    /// unusable.
     pub fn formula(c: f64, n: usize) -> f64 {
         let mut total = 0.0;
         for k in 0..n {
-            total += c * 0.9f64.powf(k as f64);
+            total = super::add_seconds(total, c * 0.9f64.powf(k as f64));
         }
         total
     }
@@ -87,6 +89,8 @@ mod tests {
         assert_eq!(Mock::formula(1.0, 0), 0.0);
         assert_eq!(Mock::formula(2.0, 1), 2.0);
         assert!((Mock::formula(1.0, 5) - 4.0951).abs() < 1e-12);
+        // Finite base costs whose sum overflows saturate instead of becoming unusable.
+        assert_eq!(Mock::formula(1.5e308, 3), f64::MAX);
     }
 
     #[test]

@@ -314,6 +314,17 @@ pub fn spec_uses_measure(spec: &str) -> bool {
         .any(|i| i == "measure")
 }
 
+/// The files a `--costs` specification reads (its `mock:` and `table:` items), in order; what
+/// follows a `cmd:` item is its command.
+pub fn spec_files(spec: &str) -> Vec<std::path::PathBuf> {
+    spec.split('+')
+        .map(str::trim)
+        .take_while(|i| !i.starts_with("cmd:"))
+        .filter_map(|i| i.strip_prefix("mock:").or_else(|| i.strip_prefix("table:")))
+        .map(std::path::PathBuf::from)
+        .collect()
+}
+
 /// Builds the estimator chain of a `--costs` specification: comma-free items separated by
 /// `+` are tried in order (`table:m.json+analytic`). Items: `analytic`, `measure`,
 /// `mock:FILE.json`, `table:FILE.json`, `cmd:COMMAND` (a `cmd:` item takes the rest of the
@@ -448,5 +459,21 @@ mod tests {
         assert!(spec_uses_measure("analytic+measure"));
         assert!(!spec_uses_measure("analytic+cmd:measure"));
         assert!(!spec_uses_measure("measured"));
+    }
+
+    #[test]
+    fn spec_files_are_the_mock_and_table_items() {
+        let files = |s: &str| -> Vec<String> {
+            spec_files(s)
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect()
+        };
+        assert_eq!(
+            files("table:t.json + analytic+mock:dir/m.json"),
+            ["t.json", "dir/m.json"]
+        );
+        assert_eq!(files("mock:m.json+cmd:cat table:x.json"), ["m.json"]);
+        assert!(files("analytic+measure").is_empty());
     }
 }

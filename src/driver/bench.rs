@@ -213,22 +213,29 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
             }
         }
     }
+    let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
     if let Some(plot) = &req.plot {
-        super::output::check_collisions(
-            &[("--plot", plot.as_path())],
-            &[("the model", req.model.as_path())],
-        )
-        .map_err(|msg| {
-            eprintln!("error[{}]: {msg}", diag::E0903.id);
-            Outcome::Usage
-        })?;
+        outputs.push(("--plot", plot));
     }
+    if let Some(c) = req.measure.cache.as_deref() {
+        if cost::spec_uses_measure(&req.costs) {
+            outputs.push(("--cache", c));
+        }
+    }
+    let check_outputs = |rules_read: &[PathBuf]| {
+        super::partition::check_output_paths(
+            &outputs, &req.model, &req.rules, rules_read, &req.costs,
+        )
+    };
+    check_outputs(&[])?;
     let threads = req.measure.thread_count();
     measuring::quiet_openmp();
     let _priority = measuring::raise_priority(&req.measure);
     let bar = Bar::new(false, req.progress);
     let mut sources = SourceMap::new();
-    let (program, _) = super::candidates::load_rules_from(&mut sources, &req.rules)?;
+    let (program, rules_read) = super::candidates::load_rules_from(&mut sources, &req.rules)?;
+    // Imported rules files are known only now; nothing has been written yet.
+    check_outputs(&rules_read)?;
     // The targets: as asked, or those that can run here.
     let names = if req.targets.is_empty() {
         let probe = Setup::new(&program.targets, threads, req.measure.resolved_dir());

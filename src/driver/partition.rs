@@ -272,9 +272,8 @@ pub(crate) fn load_planned(
     }
 }
 
-/// Refuses `-o` and `--dot` naming each other, the model, a rules file given on the command line
-/// or one of `rules_read`, the rules files read once loaded, imports included (E0903, a usage
-/// error).
+/// Refuses `-o`, `--dot` and `--cache` (when measuring) naming each other or an input (see
+/// [`check_output_paths`]); `rules_read` are the rules files read once loaded, imports included.
 fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
     let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
     if let Some(o) = &req.output {
@@ -283,22 +282,41 @@ fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
     if let Some(d) = &req.dot {
         outputs.push(("--dot", d));
     }
+    if let Some(c) = req.measure.cache.as_deref() {
+        if cost::spec_uses_measure(&req.costs) {
+            outputs.push(("--cache", c));
+        }
+    }
+    check_output_paths(&outputs, &req.model, &req.rules, rules_read, &req.costs)
+}
+
+/// Refuses outputs (a role such as `-o` with a path) naming each other, the model, a rules file
+/// given on the command line (`rules`, directories expanded) or one of `rules_read`, or a file
+/// the cost specification `costs` reads (`mock:`, `table:`): E0903, a usage error.
+pub(crate) fn check_output_paths(
+    outputs: &[(&str, &std::path::Path)],
+    model: &std::path::Path,
+    rules: &[PathBuf],
+    rules_read: &[PathBuf],
+    costs: &str,
+) -> Result<(), Outcome> {
     if outputs.is_empty() {
         return Ok(());
     }
     // Directories expand to their `.rules` files; a missing path is reported by the loader.
-    let roots: Vec<PathBuf> = req
-        .rules
+    let roots: Vec<PathBuf> = rules
         .iter()
         .flat_map(|p| match std::fs::read_dir(p) {
             Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
             Err(_) => vec![p.clone()],
         })
         .collect();
-    let mut inputs: Vec<(&str, &std::path::Path)> = vec![("the model", &req.model)];
+    let cost_files = cost::spec_files(costs);
+    let mut inputs: Vec<(&str, &std::path::Path)> = vec![("the model", model)];
     inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
     inputs.extend(rules_read.iter().map(|r| ("a rules file", r.as_path())));
-    super::output::check_collisions(&outputs, &inputs).map_err(|msg| {
+    inputs.extend(cost_files.iter().map(|f| ("a cost file", f.as_path())));
+    super::output::check_collisions(outputs, &inputs).map_err(|msg| {
         eprintln!("error[{}]: {msg}", diag::E0903.id);
         Outcome::Usage
     })

@@ -2,7 +2,7 @@
 //! peak memory; with `--compare-with`, runs other models on the same inputs and weights and
 //! compares their outputs.
 
-use super::{load_model, out, report, Outcome};
+use super::{load_model, main_of, out, report, Outcome};
 use crate::backend::native::grouping::FuseGrouping;
 use crate::backend::native::{compile, Config, Native, Stats};
 use crate::backend::{Backend, Backends};
@@ -244,9 +244,12 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     let mut sources = SourceMap::new();
     let m = load_model(&mut sources, &req.model)?;
+    main_of(&m, &req.model)?;
     let mut others = Vec::new();
     for p in &req.compare_with {
-        others.push((p.clone(), load_model(&mut sources, p)?));
+        let other = load_model(&mut sources, p)?;
+        main_of(&other, p)?;
+        others.push((p.clone(), other));
     }
 
     let timeout = match req.compile_timeout {

@@ -2,7 +2,7 @@
 //! output, and paths that collide. Every file these tests make lives in a temporary directory of
 //! their own; `/dev/full` is only ever standard output.
 
-use crate::support::{collage, collage_in, root};
+use crate::support::{cache_dir, collage, collage_in, root};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -169,6 +169,7 @@ fn to_full_disk(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_collage"))
         .args(args)
         .current_dir(root())
+        .env("COLLAGE_CACHE_DIR", cache_dir())
         .stdout(Stdio::from(full))
         .stderr(Stdio::piped())
         .output()
@@ -178,7 +179,7 @@ fn to_full_disk(args: &[&str]) -> std::process::Output {
 #[test]
 fn every_command_reports_a_failed_write_on_standard_output() {
     let rules = "rules/tvm.rules";
-    let commands: [&[&str]; 10] = [
+    let commands: [&[&str]; 16] = [
         &["parse", MODEL],
         &["parse", MODEL, "--json"],
         &["partition", MODEL],
@@ -189,6 +190,21 @@ fn every_command_reports_a_failed_write_on_standard_output() {
         &["plan-devices", MODEL],
         &["check", "--print", rules],
         &["generate", "gpt2", "--layers", "1"],
+        &["run", MODEL, "--backend", "reference"],
+        &["run", MODEL, "--backend", "reference", "--format", "json"],
+        &["backends"],
+        &["cache", "stats"],
+        &["cache", "stats", "--json"],
+        &[
+            "bench",
+            MODEL,
+            "--costs",
+            "analytic",
+            "--target",
+            "tvm_cpu",
+            "--run-budget",
+            "0.05",
+        ],
     ];
     for args in commands {
         let out = to_full_disk(args);
@@ -243,10 +259,13 @@ fn outputs_that_collide_are_refused_before_any_work() {
     for f in ["prelude.rules", "tvm.rules"] {
         copy_into(d, &format!("rules/{f}"), &format!("rules/{f}"));
     }
+    std::fs::write(d.join("costs.json"), r#"{"targets": {"tvm_cpu": 1.0}}"#).unwrap();
+    let original_costs = std::fs::read(d.join("costs.json")).unwrap();
+    let original_tvm = std::fs::read(d.join("rules/tvm.rules")).unwrap();
     let original_model = std::fs::read(&model).unwrap();
     let original_prelude = std::fs::read(d.join("rules/prelude.rules")).unwrap();
     std::os::unix::fs::symlink("model.relay", d.join("alias.relay")).unwrap();
-    let refused: [&[&str]; 6] = [
+    let refused: [&[&str]; 12] = [
         &[
             "partition",
             "model.relay",
@@ -282,6 +301,59 @@ fn outputs_that_collide_are_refused_before_any_work() {
             "--dot",
             "rules/prelude.rules",
         ],
+        // A cost file is an input too.
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "mock:costs.json",
+            "--dot",
+            "costs.json",
+        ],
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "analytic+table:./costs.json",
+            "-o",
+            "costs.json",
+        ],
+        // The measurement database is written: it may name no input and no other output.
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "measure",
+            "--cache",
+            "alias.relay",
+        ],
+        &[
+            "partition",
+            "model.relay",
+            "--costs",
+            "measure",
+            "--cache",
+            "x.relay",
+            "-o",
+            "x.relay",
+        ],
+        // `bench --plot` as well: a rules file, one it imports, the model.
+        &[
+            "bench",
+            "model.relay",
+            "--rules",
+            "rules/tvm.rules",
+            "--plot",
+            "rules/tvm.rules",
+        ],
+        &[
+            "bench",
+            "model.relay",
+            "--rules",
+            "rules/tvm.rules",
+            "--plot",
+            "rules/prelude.rules",
+        ],
     ];
     for args in refused {
         let out = collage_in(d, args);
@@ -291,6 +363,12 @@ fn outputs_that_collide_are_refused_before_any_work() {
         assert!(out.stdout.is_empty(), "{args:?}: work was done");
     }
     assert_eq!(std::fs::read(&model).unwrap(), original_model);
+    assert_eq!(std::fs::read(d.join("costs.json")).unwrap(), original_costs);
+    assert_eq!(
+        std::fs::read(d.join("rules/tvm.rules")).unwrap(),
+        original_tvm
+    );
+    assert!(!d.join("model.relay.corrupt").exists());
     assert_eq!(
         std::fs::read(d.join("rules/prelude.rules")).unwrap(),
         original_prelude

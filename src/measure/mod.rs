@@ -264,26 +264,50 @@ impl Measure {
         Ok(Compiled { x, inputs })
     }
 
-    /// Times one compiled candidate, holding the measuring lock.
-    fn time(&self, c: &Compiled) -> Result<protocol::Timing, String> {
+    /// Times compiled candidates together, in rounds ([`protocol::measure_many`]), holding
+    /// the measuring lock; each repeat runs on its candidate's own worker pool.
+    fn time(
+        &self,
+        cs: &[&Compiled],
+        finished: &mut dyn FnMut(usize, &Result<protocol::Timing, String>),
+    ) -> Vec<Result<protocol::Timing, String>> {
         let _lock = db::lock(&self.cfg.database).ok();
         let settings = self.cfg.settings;
         let omp = crate::ffi::omp::Omp::shared().ok();
-        c.x.in_pool(|| {
-            let clock = protocol::Monotonic::new();
-            // The executable's buffers stay where they are while it lives.
-            let mut ranges: Vec<flush::Range> = Vec::new();
-            c.x.resident(&mut |b| ranges.push(flush::Range::of(b)));
-            let mut prepare = || flush::evict(&ranges, omp.as_deref());
-            protocol::measure(&clock, &settings, &mut prepare, &mut || {
-                // The result's storage serves the next call, as the storage of earlier
-                // results does inside a whole model; a freshly zeroed allocation per call
-                // (page faults on large outputs) is not what the partition pays there.
-                c.x.run(&c.inputs)
-                    .map(|o| c.x.recycle(o.value))
-                    .map_err(|d| d.message)
+        // Each executable's buffers stay where they are while it lives.
+        let ranges: Vec<Vec<flush::Range>> = cs
+            .iter()
+            .map(|c| {
+                let mut r = Vec::new();
+                if settings.cold {
+                    c.x.resident(&mut |b| r.push(flush::Range::of(b)));
+                }
+                r
             })
-        })
+            .collect();
+        let clock = protocol::Monotonic::new();
+        let mut repeat = |k: usize, number: u64, prepared: bool| {
+            let c = cs[k];
+            c.x.in_pool(|| {
+                let clock = protocol::Monotonic::new();
+                protocol::timed_calls(
+                    &clock,
+                    number,
+                    prepared,
+                    &mut || flush::evict(&ranges[k], omp.as_deref()),
+                    // The result's storage serves the next call, as the storage of earlier
+                    // results does inside a whole model; a freshly zeroed allocation per
+                    // call (page faults on large outputs) is not what the partition pays
+                    // there.
+                    &mut || {
+                        c.x.run(&c.inputs)
+                            .map(|o| c.x.recycle(o.value))
+                            .map_err(|d| d.message)
+                    },
+                )
+            })
+        };
+        protocol::measure_many(&clock, &settings, cs.len(), &mut repeat, finished)
     }
 }
 
@@ -388,26 +412,29 @@ impl Estimator for Measure {
             });
             let compile_seconds = start.elapsed().as_secs_f64();
             self.count(|c| c.compile_seconds += compile_seconds);
-            // Time them one at a time.
-            for ((i, key), slot) in chunk.iter().zip(slots) {
-                let compiled = slot
-                    .into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or_else(|| Err("the compiler thread failed".to_string()));
-                let start = std::time::Instant::now();
-                let entry = match compiled.and_then(|c| self.time(&c)) {
-                    Ok(t) => Entry::Timed {
-                        seconds: t.seconds,
-                        spread: t.spread,
-                        repeats: t.repeats.len() as u32,
-                        number: t.number,
+            // Time them together, in rounds, keeping each measurement as soon as it ends
+            // (a killed process loses only what was still being measured).
+            let compiled: Vec<Result<Compiled, String>> = slots
+                .into_iter()
+                .map(|slot| {
+                    slot.into_inner()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(|| Err("the compiler thread failed".to_string()))
+                })
+                .collect();
+            let mut keep = |k: usize, timing: Result<(f64, f64, u32, u64), String>| {
+                let (i, key) = &chunk[k];
+                let entry = match timing {
+                    Ok((seconds, spread, repeats, number)) => Entry::Timed {
+                        seconds,
+                        spread,
+                        repeats,
+                        number,
                     },
                     Err(reason) => Entry::Invalid { reason },
                 };
-                let secs = start.elapsed().as_secs_f64();
                 let invalid = matches!(entry, Entry::Invalid { .. });
                 self.count(|c| {
-                    c.measure_seconds += secs;
                     if invalid {
                         c.invalid += 1;
                     } else {
@@ -419,7 +446,27 @@ impl Estimator for Measure {
                 out[*i] = Some(estimate_of(&entry));
                 done += 1;
                 progress(done, total);
+            };
+            // Candidates that did not compile first, then the others as they finish.
+            let mut ok: Vec<(usize, &Compiled)> = Vec::new();
+            for (k, c) in compiled.iter().enumerate() {
+                match c {
+                    Ok(c) => ok.push((k, c)),
+                    Err(e) => keep(k, Err(e.clone())),
+                }
             }
+            let start = std::time::Instant::now();
+            let xs: Vec<&Compiled> = ok.iter().map(|(_, c)| *c).collect();
+            self.time(&xs, &mut |j, t| {
+                keep(
+                    ok[j].0,
+                    t.as_ref()
+                        .map(|t| (t.seconds, t.spread, t.repeats.len() as u32, t.number))
+                        .map_err(Clone::clone),
+                )
+            });
+            let secs = start.elapsed().as_secs_f64();
+            self.count(|c| c.measure_seconds += secs);
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Estimate::of(Cost::UNKNOWN)))

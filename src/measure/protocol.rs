@@ -19,9 +19,14 @@
 //! median absolute deviation of the repeats' means divided by their median, a relative figure
 //! that one disturbed repeat does not move.
 //!
-//! With [`Settings::cold`] (`--cold-candidates`), every timed call is preceded by an untimed preparation (the caller
-//! evicts the caches, see [`super::flush`]) and each call is timed on its own; a repeat's mean
-//! is then the mean of its calls' own times. Warm-up calls are not prepared.
+//! With [`Settings::cold`] (`--cold-candidates`), every timed call is preceded by an untimed
+//! preparation (the caller evicts the caches, see [`super::flush`]) and each call is timed on
+//! its own; a repeat's mean is then the mean of its calls' own times. Warm-up calls are not
+//! prepared.
+//!
+//! Several kernels are timed together in rounds ([`measure_many`]): one repeat of each per
+//! round, so that a disturbance of the machine falls on one repeat of many kernels rather than
+//! on every repeat of one.
 //!
 //! The clock and the kernel are parameters, so the protocol is tested on a fake clock.
 
@@ -186,76 +191,173 @@ fn calls_per_repeat(per_call: Duration, min_repeat: Duration) -> u64 {
     (min_repeat.as_secs_f64() / per).ceil().clamp(1.0, 1e6) as u64
 }
 
-/// Times `call` by the protocol; with [`Settings::cold`], `prepare` runs (untimed) before each
-/// timed call. An error of any call ends the measurement with that error.
+/// Runs `number` calls of one kernel and returns the time they took: `repeat(k, number,
+/// prepared)` for kernel `k`; with `prepared`, each call is preceded by the caller's untimed
+/// preparation and timed on its own. The caller runs the calls where they belong (on the
+/// kernel's worker pool), so only the calls are timed, not the hand-over.
+pub type Repeat<'a, E> = dyn FnMut(usize, u64, bool) -> Result<Duration, E> + 'a;
+
+/// One kernel's measurement in progress.
+struct Progress {
+    first_call: f64,
+    calls: u64,
+    number: u64,
+    repeats: Vec<f64>,
+    /// Wall time spent on this kernel so far (hand-overs and preparations included).
+    spent: Duration,
+}
+
+/// Times `n` kernels by the protocol, **in rounds**: each kernel gets its first call and its
+/// warm-up, then every round makes one repeat of each kernel still measuring. A disturbance of
+/// the machine (another process taking a core for a second) thus lands on one repeat of many
+/// kernels, which the median of each one's repeats ignores, instead of on every repeat of one
+/// kernel, which would make its cost wrong (by 2x on 2 threads) for as long as it is cached.
+/// Each kernel's budget counts the wall time spent on it alone. An error of a kernel ends its
+/// measurement with that error; the others go on. `finished(k, result)` is called as soon as
+/// kernel `k`'s measurement ends (so a caller can keep it at once); the results are also
+/// returned, in kernel order.
+pub fn measure_many<E>(
+    clock: &dyn Clock,
+    settings: &Settings,
+    n: usize,
+    repeat: &mut Repeat<'_, E>,
+    finished: &mut dyn FnMut(usize, &Result<Timing, E>),
+) -> Vec<Result<Timing, E>> {
+    let mut results: Vec<Option<Result<Timing, E>>> = (0..n).map(|_| None).collect();
+    let mut end = |k: usize, r: Result<Timing, E>, results: &mut Vec<Option<Result<Timing, E>>>| {
+        finished(k, &r);
+        results[k] = Some(r);
+    };
+    let mut measuring: Vec<(usize, Progress)> = Vec::new();
+    // First call and warm-up, kernel by kernel.
+    for k in 0..n {
+        let start = clock.now();
+        let first = match repeat(k, 1, false) {
+            Ok(d) => d,
+            Err(e) => {
+                end(k, Err(e), &mut results);
+                continue;
+            }
+        };
+        let warm_start = clock.now();
+        let (mut warm, mut warm_time) = (0u64, Duration::ZERO);
+        let failed = loop {
+            match repeat(k, 1, false) {
+                Ok(d) => {
+                    warm += 1;
+                    warm_time += d;
+                }
+                Err(e) => break Some(e),
+            }
+            let now = clock.now();
+            if now - warm_start >= settings.warmup || now - start >= settings.budget {
+                break None;
+            }
+        };
+        if let Some(e) = failed {
+            end(k, Err(e), &mut results);
+            continue;
+        }
+        let per_call = warm_time / (warm.min(u32::MAX as u64) as u32);
+        measuring.push((
+            k,
+            Progress {
+                first_call: first.as_secs_f64(),
+                calls: 1 + warm,
+                number: calls_per_repeat(per_call, settings.min_repeat),
+                repeats: Vec::new(),
+                spent: clock.now() - start,
+            },
+        ));
+    }
+    // Rounds, until every kernel is done.
+    while !measuring.is_empty() {
+        let mut still = Vec::with_capacity(measuring.len());
+        for (k, mut p) in measuring {
+            let s = clock.now();
+            match repeat(k, p.number, settings.cold) {
+                Ok(d) => {
+                    let took = clock.now() - s;
+                    p.spent += took;
+                    p.calls += p.number;
+                    p.repeats.push(d.as_secs_f64() / p.number as f64);
+                    let r = p.repeats.len();
+                    let done = r >= settings.max_repeats.max(1)
+                        || (r >= settings.min_repeats && spread(&p.repeats) <= settings.max_spread)
+                        // The next repeat, as long as this one, would overrun the budget.
+                        || p.spent + took > settings.budget;
+                    if done {
+                        end(k, Ok(p.timing()), &mut results);
+                    } else {
+                        still.push((k, p));
+                    }
+                }
+                Err(e) => end(k, Err(e), &mut results),
+            }
+        }
+        measuring = still;
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every kernel's measurement ended"))
+        .collect()
+}
+
+impl Progress {
+    fn timing(self) -> Timing {
+        Timing {
+            seconds: median(&self.repeats),
+            spread: spread(&self.repeats),
+            number: self.number,
+            first_call: self.first_call,
+            calls: self.calls,
+            elapsed: self.spent.as_secs_f64(),
+            repeats: self.repeats,
+        }
+    }
+}
+
+/// Times one kernel by the protocol: `call` runs it once; with [`Settings::cold`], `prepare`
+/// runs (untimed) before each timed call. An error of any call ends the measurement with that
+/// error.
 pub fn measure<E>(
     clock: &dyn Clock,
     settings: &Settings,
     prepare: &mut dyn FnMut(),
     call: &mut dyn FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
-    let start = clock.now();
-    call()?;
-    let first_end = clock.now();
-    let first_call = (first_end - start).as_secs_f64();
-    let mut calls = 1u64;
-    // Warm-up.
-    let mut warm = 0u64;
-    loop {
-        call()?;
-        calls += 1;
-        warm += 1;
-        let now = clock.now();
-        if now - first_end >= settings.warmup || now - start >= settings.budget {
-            break;
-        }
-    }
-    let warm_time = clock.now() - first_end;
-    let per_call = warm_time / (warm.min(u32::MAX as u64) as u32);
-    let number = calls_per_repeat(per_call, settings.min_repeat);
-    // Repeats.
-    let mut repeats: Vec<f64> = Vec::new();
-    loop {
+    let mut repeat = |_: usize, number: u64, prepared: bool| -> Result<Duration, E> {
+        timed_calls(clock, number, prepared, prepare, call)
+    };
+    measure_many(clock, settings, 1, &mut repeat, &mut |_, _| {})
+        .pop()
+        .expect("one kernel")
+}
+
+/// Runs `call` `number` times and returns the time the calls took: all of them at once, or
+/// with `prepared`, each after an untimed `prepare`, timed on its own.
+pub fn timed_calls<E>(
+    clock: &dyn Clock,
+    number: u64,
+    prepared: bool,
+    prepare: &mut dyn FnMut(),
+    call: &mut dyn FnMut() -> Result<(), E>,
+) -> Result<Duration, E> {
+    if !prepared {
         let s = clock.now();
-        let timed = if settings.cold {
-            let mut t = Duration::ZERO;
-            for _ in 0..number {
-                prepare();
-                let a = clock.now();
-                call()?;
-                t += clock.now() - a;
-            }
-            t
-        } else {
-            for _ in 0..number {
-                call()?;
-            }
-            clock.now() - s
-        };
-        let e = clock.now();
-        calls += number;
-        repeats.push(timed.as_secs_f64() / number as f64);
-        let n = repeats.len();
-        if n >= settings.max_repeats.max(1) {
-            break;
+        for _ in 0..number {
+            call()?;
         }
-        if n >= settings.min_repeats && spread(&repeats) <= settings.max_spread {
-            break;
-        }
-        // Would the next repeat (as long as this one) overrun the budget?
-        if (e - start) + (e - s) > settings.budget {
-            break;
-        }
+        return Ok(clock.now() - s);
     }
-    Ok(Timing {
-        seconds: median(&repeats),
-        spread: spread(&repeats),
-        number,
-        first_call,
-        calls,
-        elapsed: (clock.now() - start).as_secs_f64(),
-        repeats,
-    })
+    let mut t = Duration::ZERO;
+    for _ in 0..number {
+        prepare();
+        let s = clock.now();
+        call()?;
+        t += clock.now() - s;
+    }
+    Ok(t)
 }
 
 #[cfg(test)]
@@ -405,6 +507,70 @@ mod tests {
         let t = measure(&clock, &slow, &mut slow_prepare, &mut noisy).unwrap();
         assert!(t.elapsed <= 0.2, "{t:?}");
         assert!(t.repeats.len() < slow.max_repeats, "{t:?}");
+    }
+
+    #[test]
+    fn kernels_measured_in_rounds_shrug_off_a_busy_second() {
+        // Three kernels of 20, 30 and 40 ms per call (one call per repeat, ten repeats each,
+        // about 1.1 s in all). From 0.3 s to 0.6 s of the fake clock, everything runs twice as
+        // slow (another process took a core). Timed one after the other, most repeats of the
+        // second kernel would fall in the busy spell; in rounds, each kernel has only a few
+        // repeats there, and its median is its true time.
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let s = Settings {
+            min_repeat: Duration::ZERO,
+            warmup: Duration::ZERO,
+            max_spread: -1.0,
+            ..Settings::candidates()
+        };
+        let base = [20.0, 30.0, 40.0];
+        let mut order: Vec<usize> = Vec::new();
+        let mut repeat = |k: usize, number: u64, _: bool| -> Result<Duration, ()> {
+            let now = clock.0.get().as_secs_f64();
+            let slow = if (0.3..0.6).contains(&now) { 2.0 } else { 1.0 };
+            let d = ms(base[k] * slow) * number as u32;
+            clock.0.set(clock.0.get() + d);
+            order.push(k);
+            Ok(d)
+        };
+        let mut ended: Vec<usize> = Vec::new();
+        let t = measure_many(&clock, &s, 3, &mut repeat, &mut |k, r| {
+            assert!(r.is_ok());
+            ended.push(k);
+        });
+        for (k, t) in t.iter().enumerate() {
+            let t = t.as_ref().unwrap();
+            assert_eq!(t.repeats.len(), s.max_repeats, "{t:?}");
+            assert!((t.seconds - base[k] / 1e3).abs() < 1e-9, "{k}: {t:?}");
+        }
+        // After each kernel's first call and warm-up call, the rounds alternate.
+        assert_eq!(&order[6..12], [0, 1, 2, 0, 1, 2]);
+        // Each kernel ended once.
+        ended.sort_unstable();
+        assert_eq!(ended, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_failing_kernel_leaves_the_rounds_and_the_others_go_on() {
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let s = Settings::candidates();
+        let mut calls = [0u32; 2];
+        let mut repeat = |k: usize, number: u64, _: bool| -> Result<Duration, &'static str> {
+            calls[k] += 1;
+            if k == 0 && calls[k] == 4 {
+                return Err("broke");
+            }
+            let d = ms(1.0) * number as u32;
+            clock.0.set(clock.0.get() + d);
+            Ok(d)
+        };
+        let mut ended = Vec::new();
+        let t = measure_many(&clock, &s, 2, &mut repeat, &mut |k, r| {
+            ended.push((k, r.is_ok()))
+        });
+        assert_eq!(t[0], Err("broke"));
+        assert!(t[1].is_ok());
+        assert_eq!(ended, [(0, false), (1, true)]);
     }
 
     #[test]

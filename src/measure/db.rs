@@ -130,14 +130,36 @@ enum OpenError {
     Damaged(String),
     /// Anything else (permissions, a directory in the way, a full disk, a lock held too long).
     Other(String),
+    /// Another connection held a lock where SQLite does not wait for it (setting up a new
+    /// database's write-ahead log while another process does the same): worth trying again.
+    Busy(String),
 }
 
 impl From<rusqlite::Error> for OpenError {
     fn from(e: rusqlite::Error) -> OpenError {
         if is_corruption(&e) {
             OpenError::Damaged(e.to_string())
+        } else if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) {
+            OpenError::Busy(e.to_string())
         } else {
             OpenError::Other(e.to_string())
+        }
+    }
+}
+
+/// [`open_checked`], tried again while it meets a lock SQLite did not wait for, up to the busy
+/// timeout.
+fn open_waiting(path: &Path) -> Result<Connection, OpenError> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match open_checked(path) {
+            Err(OpenError::Busy(_)) if start.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(OpenError::Busy(e)) => return Err(OpenError::Other(e)),
+            r => return r,
         }
     }
 }
@@ -187,7 +209,12 @@ fn open_checked(path: &Path) -> Result<Connection, OpenError> {
         return Err(OpenError::Damaged(format!("integrity check: {check}")));
     }
     {
-        let tx = conn.unchecked_transaction()?;
+        // Taking the write lock at the start (waiting for it under the busy timeout): a
+        // deferred transaction that read the schema first and then wrote would fail at once
+        // with "database is locked" when another process opening the same cache had written
+        // in between (SQLite cannot wait there without risking a deadlock).
+        let tx =
+            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)?;
         tx.execute_batch(CREATE)?;
         let version: Option<String> = tx
             .query_row("SELECT value FROM meta WHERE name = 'schema'", [], |r| {
@@ -258,7 +285,7 @@ impl Db {
             return Err(DbError(format!("`{}` is a directory", path.display())));
         }
         let describe = |e: String| DbError(format!("cannot open `{}`: {e}", path.display()));
-        match open_checked(path) {
+        match open_waiting(path) {
             Ok(conn) => {
                 return Ok((
                     Db {
@@ -268,12 +295,12 @@ impl Db {
                     Opened::Fine,
                 ))
             }
-            Err(OpenError::Other(e)) => return Err(describe(e)),
+            Err(OpenError::Other(e) | OpenError::Busy(e)) => return Err(describe(e)),
             Err(OpenError::Damaged(_)) => {}
         }
         // Damaged: rebuild under the lock, unless another process did it meanwhile.
         let _guard = lock(path).map_err(|e| describe(format!("cannot lock it: {e}")))?;
-        let why = match open_checked(path) {
+        let why = match open_waiting(path) {
             Ok(conn) => {
                 return Ok((
                     Db {
@@ -283,7 +310,7 @@ impl Db {
                     Opened::Fine,
                 ))
             }
-            Err(OpenError::Other(e)) => return Err(describe(e)),
+            Err(OpenError::Other(e) | OpenError::Busy(e)) => return Err(describe(e)),
             Err(OpenError::Damaged(why)) => why,
         };
         let aside = sibling(path, ".corrupt");
@@ -298,7 +325,7 @@ impl Db {
         for s in ["-wal", "-shm"] {
             let _ = std::fs::remove_file(sibling(path, s));
         }
-        match open_checked(path) {
+        match open_waiting(path) {
             Ok(conn) => Ok((
                 Db {
                     conn,
@@ -306,7 +333,9 @@ impl Db {
                 },
                 Opened::Rebuilt { moved_to, why },
             )),
-            Err(OpenError::Other(e) | OpenError::Damaged(e)) => Err(describe(e)),
+            Err(OpenError::Other(e) | OpenError::Damaged(e) | OpenError::Busy(e)) => {
+                Err(describe(e))
+            }
         }
     }
 

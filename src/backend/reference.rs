@@ -274,6 +274,11 @@ struct PreparedProgram {
 }
 
 impl Prepared for PreparedProgram {
+    fn resident(&self, f: &mut dyn FnMut(&[u8])) {
+        crate::backend::constants_resident(&self.consts, f);
+        self.program.resident(f);
+    }
+
     fn run(
         &self,
         inputs: &[Arc<Tensor>],

@@ -343,7 +343,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     let reference_ms = reference_start.elapsed().as_secs_f64() * 1e3;
     drop(reference);
 
-    // Run each placement.
+    // Build and check each placement, then time those that run, together.
     let mut settings = Settings::models();
     if let Some(b) = req.run_budget {
         settings.budget = std::time::Duration::from_secs_f64(b.min(1e6));
@@ -585,8 +585,8 @@ fn build_placement(
     })
 }
 
-/// Times built placements end to end in rounds (see [`rounds`]), each run on its own
-/// executable's pool. Each placement first runs once untimed (warm-up; the checked run was
+/// Times built placements end to end in rounds (see [`rounds`]), each run on the executables'
+/// worker pool. Each placement first runs once untimed (warm-up; the checked run was
 /// its first call); its kernels' times are read after that, for the profile.
 fn time_together(
     ready: &[&Ready],

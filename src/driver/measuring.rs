@@ -74,7 +74,12 @@ pub fn open(
         eprintln!("error[{}]: {e}", diag::E2401.id);
         Outcome::Usage
     })?;
-    let mut settings = if args.cold {
+    if args.cold && !measure::flush::EVICTS {
+        eprintln!(
+            "warning: `--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here"
+        );
+    }
+    let mut settings = if args.cold && measure::flush::EVICTS {
         measure::protocol::Settings::candidates_cold()
     } else {
         measure::protocol::Settings::candidates()

@@ -285,31 +285,19 @@ impl Db {
             return Err(DbError(format!("`{}` is a directory", path.display())));
         }
         let describe = |e: String| DbError(format!("cannot open `{}`: {e}", path.display()));
+        let db = |conn| Db {
+            conn,
+            path: path.to_path_buf(),
+        };
         match open_waiting(path) {
-            Ok(conn) => {
-                return Ok((
-                    Db {
-                        conn,
-                        path: path.to_path_buf(),
-                    },
-                    Opened::Fine,
-                ))
-            }
+            Ok(conn) => return Ok((db(conn), Opened::Fine)),
             Err(OpenError::Other(e) | OpenError::Busy(e)) => return Err(describe(e)),
             Err(OpenError::Damaged(_)) => {}
         }
         // Damaged: rebuild under the lock, unless another process did it meanwhile.
         let _guard = lock(path).map_err(|e| describe(format!("cannot lock it: {e}")))?;
         let why = match open_waiting(path) {
-            Ok(conn) => {
-                return Ok((
-                    Db {
-                        conn,
-                        path: path.to_path_buf(),
-                    },
-                    Opened::Fine,
-                ))
-            }
+            Ok(conn) => return Ok((db(conn), Opened::Fine)),
             Err(OpenError::Other(e) | OpenError::Busy(e)) => return Err(describe(e)),
             Err(OpenError::Damaged(why)) => why,
         };
@@ -326,13 +314,7 @@ impl Db {
             let _ = std::fs::remove_file(sibling(path, s));
         }
         match open_waiting(path) {
-            Ok(conn) => Ok((
-                Db {
-                    conn,
-                    path: path.to_path_buf(),
-                },
-                Opened::Rebuilt { moved_to, why },
-            )),
+            Ok(conn) => Ok((db(conn), Opened::Rebuilt { moved_to, why })),
             Err(OpenError::Other(e) | OpenError::Damaged(e) | OpenError::Busy(e)) => {
                 Err(describe(e))
             }

@@ -57,26 +57,44 @@ pub fn evict(ranges: &[Range], omp: Option<&Omp>) {
         fence();
     };
     match omp {
-        Some(omp) if !ranges.iter().all(|r| r.len == 0) => omp.parallel(0, &share),
+        Some(omp) if ranges.iter().any(|r| r.len > 0) => omp.parallel(0, &share),
         _ => share(0, 1),
     }
 }
 
-/// Calls `f` on an address in each cache line of the `t`-th of `n` nearly equal shares of the
+/// The cache lines `r` touches: the address of the first, and how many.
+fn lines_of(r: &Range) -> (usize, usize) {
+    if r.len == 0 {
+        return (r.start & !(LINE - 1), 0);
+    }
+    let first = r.start & !(LINE - 1);
+    let last = (r.start + (r.len - 1)) & !(LINE - 1);
+    (first, (last - first) / LINE + 1)
+}
+
+/// Calls `f` on the address of each cache line of the `t`-th of `n` nearly equal shares of the
 /// lines of `ranges` (taken in order).
 fn share_lines(ranges: &[Range], t: usize, n: usize, f: &mut dyn FnMut(usize)) {
-    let total: usize = ranges.iter().map(|r| r.len.div_ceil(LINE)).sum();
+    let total: usize = ranges.iter().map(|r| lines_of(r).1).sum();
     let n = n.max(1);
     let (from, to) = (total * t / n, total * (t + 1) / n);
     // `k`: the first line of the range, counted over all ranges.
     let mut k = 0;
     for r in ranges {
-        let lines = r.len.div_ceil(LINE);
+        let (first, lines) = lines_of(r);
         for l in from.max(k)..to.min(k + lines) {
-            f(r.start + ((l - k) * LINE).min(r.len - 1));
+            f(first + (l - k) * LINE);
         }
         k += lines;
     }
+}
+
+/// `ranges` sorted by address with repeats removed (a constant shared by several kernels of one
+/// program is reported once by each).
+pub fn distinct(mut ranges: Vec<Range>) -> Vec<Range> {
+    ranges.sort_unstable_by_key(|r| (r.start, r.len));
+    ranges.dedup();
+    ranges
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -104,39 +122,47 @@ mod tests {
 
     #[test]
     fn every_line_of_every_range_is_visited_once_whatever_the_split() {
-        for lens in [
+        // Ranges at made-up addresses (only addresses are computed), aligned or not: a range
+        // of 2 bytes across a line boundary touches two lines.
+        let cases: Vec<Vec<(usize, usize)>> = vec![
             vec![],
-            vec![0],
-            vec![1],
-            vec![64, 65, 1000],
-            vec![4096, 3, 0, 130],
-        ] {
-            // Ranges at made-up addresses 1 MiB apart (only addresses are computed).
-            let ranges: Vec<Range> = lens
+            vec![(1 << 20, 0)],
+            vec![(1 << 20, 1)],
+            vec![(1 << 20, 64), (2 << 20, 65), (3 << 20, 1000)],
+            vec![(1 << 20, 4096), (2 << 20, 3), (3 << 20, 0), (4 << 20, 130)],
+            vec![(63, 2), (1000, 64), (4097, 127)],
+        ];
+        for case in cases {
+            let ranges: Vec<Range> = case
                 .iter()
-                .enumerate()
-                .map(|(i, &len)| Range {
-                    start: (i + 1) << 20,
-                    len,
-                })
+                .map(|&(start, len)| Range { start, len })
                 .collect();
-            // The lines each range should see: one address inside each.
+            // Every line a range touches, once.
             let mut want: Vec<usize> = Vec::new();
             for r in &ranges {
-                want.extend((0..r.len.div_ceil(LINE)).map(|l| (r.start + l * LINE) / LINE));
+                if r.len > 0 {
+                    want.extend(r.start / LINE..=(r.start + r.len - 1) / LINE);
+                }
             }
             for n in 1..=4 {
                 let mut got: Vec<usize> = Vec::new();
                 for t in 0..n {
                     share_lines(&ranges, t, n, &mut |a| {
-                        let r = ranges.iter().find(|r| r.start <= a && a < r.start + r.len);
-                        assert!(r.is_some(), "{a:#x} outside the ranges");
+                        assert_eq!(a % LINE, 0, "{a:#x} is not a line's address");
                         got.push(a / LINE);
                     });
                 }
-                assert_eq!(got, want, "{lens:?} in {n}");
+                assert_eq!(got, want, "{case:?} in {n}");
             }
         }
+        assert_eq!(
+            distinct(vec![
+                Range { start: 64, len: 8 },
+                Range { start: 0, len: 8 },
+                Range { start: 64, len: 8 },
+            ]),
+            [Range { start: 0, len: 8 }, Range { start: 64, len: 8 }]
+        );
     }
 
     #[test]

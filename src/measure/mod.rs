@@ -265,7 +265,7 @@ impl Measure {
     }
 
     /// Times compiled candidates together, in rounds ([`protocol::measure_many`]), holding
-    /// the measuring lock; each repeat runs on its candidate's own worker pool.
+    /// the measuring lock; each repeat runs on the executables' worker pool.
     fn time(
         &self,
         cs: &[&Compiled],
@@ -273,7 +273,10 @@ impl Measure {
     ) -> Vec<Result<protocol::Timing, String>> {
         let _lock = db::lock(&self.cfg.database).ok();
         let settings = self.cfg.settings;
-        let omp = crate::ffi::omp::Omp::shared().ok();
+        let omp = settings
+            .cold
+            .then(|| crate::ffi::omp::Omp::shared().ok())
+            .flatten();
         // Each executable's buffers stay where they are while it lives.
         let ranges: Vec<Vec<flush::Range>> = cs
             .iter()
@@ -282,7 +285,7 @@ impl Measure {
                 if settings.cold {
                     c.x.resident(&mut |b| r.push(flush::Range::of(b)));
                 }
-                r
+                flush::distinct(r)
             })
             .collect();
         let clock = protocol::Monotonic::new();

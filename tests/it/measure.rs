@@ -101,38 +101,21 @@ fn a_second_partition_measures_nothing() {
         first_relay
     );
 
-    // Another thread count is another measurement.
-    let (third, err, code) = partition(
-        &small(),
-        &cache,
-        &[
-            "--costs",
-            "measure",
-            "--target",
-            "tvm_cpu",
-            "--threads",
-            "1",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(n(measure_stats(&third), "cached"), 0);
-    assert_eq!(n(measure_stats(&third), "threads"), 1);
-
-    // So is a cold measurement (each call timed after its kernels' buffers are evicted).
-    let (fourth, err, code) = partition(
-        &small(),
-        &cache,
-        &[
-            "--costs",
-            "measure",
-            "--target",
-            "tvm_cpu",
-            "--cold-candidates",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(n(measure_stats(&fourth), "cached"), 0);
-    assert_eq!(n(measure_stats(&fourth), "measured"), timed);
+    // Another thread count is another measurement, and so is a cold one (each call timed
+    // after its kernels' buffers are evicted).
+    let default_threads = n(m, "threads");
+    for (extra, threads) in [
+        (&["--threads", "1"][..], 1),
+        (&["--cold-candidates"][..], default_threads),
+    ] {
+        let mut args = vec!["--costs", "measure", "--target", "tvm_cpu"];
+        args.extend_from_slice(extra);
+        let (again, err, code) = partition(&small(), &cache, &args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let m = measure_stats(&again);
+        assert_eq!(n(m, "cached"), 0, "{extra:?}: {m}");
+        assert_eq!(n(m, "threads"), threads, "{extra:?}: {m}");
+    }
 }
 
 #[test]

@@ -184,8 +184,8 @@ struct State {
     mems: Vec<Vec<Memory>>,
     /// The scratchpad memory of each step that needs one.
     scratch: Vec<Option<Memory>>,
-    _buffers: Vec<Buffer>,
-    _scratch_buf: Option<Buffer>,
+    buffers_kept: Vec<Buffer>,
+    scratch_kept: Option<Buffer>,
 }
 
 /// A kernel bound to one call site.
@@ -306,8 +306,8 @@ impl DnnlKernel {
                 stream,
                 mems,
                 scratch,
-                _buffers: buffers,
-                _scratch_buf: scratch_buf,
+                buffers_kept: buffers,
+                scratch_kept: scratch_buf,
             }),
         })
     }
@@ -441,7 +441,7 @@ impl Prepared for DnnlPrepared {
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
         crate::backend::constants_resident(&self._consts, f);
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        for b in state._buffers.iter().chain(&state._scratch_buf) {
+        for b in state.buffers_kept.iter().chain(&state.scratch_kept) {
             f(b.bytes());
         }
     }

@@ -245,6 +245,14 @@ struct Block {
     result_inner: bool,
 }
 
+/// A kernel step's parts, as [`Program::kernel_steps`] lists them.
+struct KernelStep<'a> {
+    kernel: &'a dyn Prepared,
+    flat: &'a [Shape],
+    record: usize,
+    time: &'a KernelTime,
+}
+
 /// Calls of a kernel step and their total wall time (nanoseconds).
 #[derive(Debug, Default)]
 struct KernelTime {
@@ -331,13 +339,24 @@ impl Program {
     }
 
     /// The kernel steps, branches included.
-    fn kernel_steps(&self) -> Vec<&StepKind> {
+    fn kernel_steps(&self) -> Vec<KernelStep<'_>> {
         let mut out = Vec::new();
         let mut stack = vec![&self.body];
         while let Some(b) = stack.pop() {
             for step in &b.steps {
                 match &step.kind {
-                    k @ StepKind::Kernel { .. } => out.push(k),
+                    StepKind::Kernel {
+                        kernel,
+                        flat,
+                        record,
+                        time,
+                        ..
+                    } => out.push(KernelStep {
+                        kernel: kernel.as_ref(),
+                        flat,
+                        record: *record,
+                        time,
+                    }),
                     StepKind::If { branches, .. } => stack.extend(branches.iter()),
                     _ => {}
                 }
@@ -351,10 +370,8 @@ impl Program {
     pub fn kernel_times(&self) -> Vec<(u64, std::time::Duration)> {
         let mut out = vec![(0, std::time::Duration::ZERO); self.kernels.len()];
         for k in self.kernel_steps() {
-            if let StepKind::Kernel { record, time, .. } = k {
-                if let Some(o) = out.get_mut(*record) {
-                    *o = time.get();
-                }
+            if let Some(o) = out.get_mut(k.record) {
+                *o = k.time.get();
             }
         }
         out
@@ -367,9 +384,7 @@ impl Program {
             f(t.bytes());
         }
         for k in self.kernel_steps() {
-            if let StepKind::Kernel { kernel, .. } = k {
-                kernel.resident(f);
-            }
+            k.kernel.resident(f);
         }
     }
 
@@ -378,10 +393,8 @@ impl Program {
     pub fn reused_output_sizes(&self) -> BTreeSet<usize> {
         let mut out = BTreeSet::new();
         for k in self.kernel_steps() {
-            if let StepKind::Kernel { kernel, flat, .. } = k {
-                if kernel.overwrites_outputs() {
-                    out.extend(flat.iter().filter_map(Tensor::lines_of));
-                }
+            if k.kernel.overwrites_outputs() {
+                out.extend(k.flat.iter().filter_map(Tensor::lines_of));
             }
         }
         out

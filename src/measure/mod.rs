@@ -270,7 +270,7 @@ impl Measure {
         &self,
         cs: &[&Compiled],
         finished: &mut dyn FnMut(usize, &Result<protocol::Timing, String>),
-    ) -> Vec<Result<protocol::Timing, String>> {
+    ) {
         let _lock = db::lock(&self.cfg.database).ok();
         let settings = self.cfg.settings;
         let omp = settings
@@ -310,7 +310,7 @@ impl Measure {
                 )
             })
         };
-        protocol::measure_many(&clock, &settings, cs.len(), &mut repeat, finished)
+        protocol::measure_many(&clock, &settings, cs.len(), &mut repeat, finished);
     }
 }
 
@@ -425,16 +425,18 @@ impl Estimator for Measure {
                         .unwrap_or_else(|| Err("the compiler thread failed".to_string()))
                 })
                 .collect();
-            let mut keep = |k: usize, timing: Result<(f64, f64, u32, u64), String>| {
+            let mut keep = |k: usize, timing: &Result<protocol::Timing, String>| {
                 let (i, key) = &chunk[k];
                 let entry = match timing {
-                    Ok((seconds, spread, repeats, number)) => Entry::Timed {
-                        seconds,
-                        spread,
-                        repeats,
-                        number,
+                    Ok(t) => Entry::Timed {
+                        seconds: t.seconds,
+                        spread: t.spread,
+                        repeats: t.repeats.len() as u32,
+                        number: t.number,
                     },
-                    Err(reason) => Entry::Invalid { reason },
+                    Err(reason) => Entry::Invalid {
+                        reason: reason.clone(),
+                    },
                 };
                 let invalid = matches!(entry, Entry::Invalid { .. });
                 self.count(|c| {
@@ -455,19 +457,12 @@ impl Estimator for Measure {
             for (k, c) in compiled.iter().enumerate() {
                 match c {
                     Ok(c) => ok.push((k, c)),
-                    Err(e) => keep(k, Err(e.clone())),
+                    Err(e) => keep(k, &Err(e.clone())),
                 }
             }
             let start = std::time::Instant::now();
             let xs: Vec<&Compiled> = ok.iter().map(|(_, c)| *c).collect();
-            self.time(&xs, &mut |j, t| {
-                keep(
-                    ok[j].0,
-                    t.as_ref()
-                        .map(|t| (t.seconds, t.spread, t.repeats.len() as u32, t.number))
-                        .map_err(Clone::clone),
-                )
-            });
+            self.time(&xs, &mut |j, t| keep(ok[j].0, t));
             let secs = start.elapsed().as_secs_f64();
             self.count(|c| c.measure_seconds += secs);
         }

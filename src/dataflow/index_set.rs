@@ -328,32 +328,38 @@ impl IndexSet {
     }
 }
 
-impl Ord for IndexSet {
-    /// TVM's order: at the first differing index, the set containing it is smaller.
-    fn cmp(&self, other: &IndexSet) -> Ordering {
-        let (a, b) = (&self.words, &other.words);
-        let (mut x, mut y) = (0, 0);
-        while x < a.len() || y < b.len() {
-            let ia = a.get(x).map_or(u32::MAX, |p| p.0);
-            let ib = b.get(y).map_or(u32::MAX, |p| p.0);
-            // A word stored on one side only is non-zero there, zero on the other.
-            let (wa, wb) = match ia.cmp(&ib) {
-                Ordering::Less => (a[x].1, 0),
-                Ordering::Greater => (0, b[y].1),
-                Ordering::Equal => (a[x].1, b[y].1),
+/// The order of [`IndexSet`]s (TVM's: at the first differing index, the set containing it is
+/// smaller) for sets given by their stored words ([`IndexSet::words`]), whatever their sizes.
+pub fn words_cmp(a: &[(u32, u64)], b: &[(u32, u64)]) -> Ordering {
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() || y < b.len() {
+        let ia = a.get(x).map_or(u32::MAX, |p| p.0);
+        let ib = b.get(y).map_or(u32::MAX, |p| p.0);
+        // A word stored on one side only is non-zero there, zero on the other.
+        let (wa, wb) = match ia.cmp(&ib) {
+            Ordering::Less => (a[x].1, 0),
+            Ordering::Greater => (0, b[y].1),
+            Ordering::Equal => (a[x].1, b[y].1),
+        };
+        if wa != wb {
+            let first = (wa ^ wb).trailing_zeros();
+            return if wa & (1 << first) != 0 {
+                Ordering::Less
+            } else {
+                Ordering::Greater
             };
-            if wa != wb {
-                let first = (wa ^ wb).trailing_zeros();
-                return if wa & (1 << first) != 0 {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                };
-            }
-            x += 1;
-            y += 1;
         }
-        self.len.cmp(&other.len)
+        x += 1;
+        y += 1;
+    }
+    Ordering::Equal
+}
+
+impl Ord for IndexSet {
+    /// TVM's order: at the first differing index, the set containing it is smaller
+    /// ([`words_cmp`]), then the smaller universe.
+    fn cmp(&self, other: &IndexSet) -> Ordering {
+        words_cmp(&self.words, &other.words).then(self.len.cmp(&other.len))
     }
 }
 

@@ -149,6 +149,11 @@ impl SubGraph {
     /// Whether the sub-graph is valid under the configuration (§4.4). `max_depth` of `None`
     /// means unlimited.
     pub fn is_valid(&self, g: &DataflowGraph<'_>, config: &SubGraphConfig) -> bool {
+        self.is_valid_but_convexity(g, config) && self.is_convex(g)
+    }
+
+    /// [`SubGraph::is_valid`] without its convexity test (for callers with a cheaper one).
+    pub fn is_valid_but_convexity(&self, g: &DataflowGraph<'_>, config: &SubGraphConfig) -> bool {
         if config.max_exits > 0 && self.exit.count() > config.max_exits as usize {
             return false;
         }
@@ -175,7 +180,11 @@ impl SubGraph {
                 }
             }
         }
-        // Convexity: no data leaves the sub-graph and flows back in.
+        true
+    }
+
+    /// Convexity: no data leaves the sub-graph and flows back in.
+    pub fn is_convex(&self, g: &DataflowGraph<'_>) -> bool {
         !self
             .output
             .iter()
@@ -243,17 +252,27 @@ impl SubGraph {
     /// order ([`SubGraph::absorb`]), but built once: each level of nested sub-graphs is put
     /// together in one pass (trivially unionable wrappers merged, composites side by side), so
     /// the work is linear in the parts rather than in the parts times the growing union.
-    pub fn union_all(g: &DataflowGraph<'_>, parts: Vec<SubGraph>) -> SubGraph {
+    pub fn union_all(g: &DataflowGraph<'_>, parts: &[&SubGraph]) -> SubGraph {
+        SubGraph::union_all_like(g, parts, None)
+    }
+
+    /// [`SubGraph::union_all`], taking the boundary and depth from `like` when the union has
+    /// the same nodes (a wrapper nested over all of a union's nodes has the union's boundary).
+    fn union_all_like(
+        g: &DataflowGraph<'_>,
+        parts: &[&SubGraph],
+        like: Option<&SubGraph>,
+    ) -> SubGraph {
         let mut members: Vec<usize> = parts.iter().flat_map(|p| p.inside.iter()).collect();
         members.sort_unstable();
-        let inside = IndexSet::from_indices(g.len(), members);
+        let inside = IndexSet::from_sorted(g.len(), &members);
         let kind = parts
             .iter()
             .map(|p| p.kind)
             .max()
             .unwrap_or(OpPattern::ElemWise);
         let mut label = String::new();
-        for p in &parts {
+        for p in parts {
             if !p.label.is_empty() {
                 if !label.is_empty() {
                     label.push('+');
@@ -261,8 +280,24 @@ impl SubGraph {
                 label.push_str(&p.label);
             }
         }
-        let nested = union_all_nested(g, parts.into_iter().flat_map(|p| p.nested));
-        SubGraph::with(g, inside, kind, label, nested)
+        let mut whole = match like {
+            Some(like) if like.inside == inside => SubGraph {
+                inside,
+                entry: like.entry.clone(),
+                exit: like.exit.clone(),
+                input: like.input.clone(),
+                output: like.output.clone(),
+                depth: like.depth,
+                kind,
+                label,
+                nested: Vec::new(),
+            },
+            _ => SubGraph::with(g, inside, kind, label, Vec::new()),
+        };
+        let mut nested = union_all_nested(g, parts.iter().flat_map(|p| &p.nested), &whole);
+        nested.sort_by(|a, b| a.0.order(&b.0));
+        whole.nested = nested;
+        whole
     }
 
     /// The union of `self` and `small` (disjoint) as a plain sub-graph (no nested parts, no
@@ -434,22 +469,24 @@ fn merge_nested(
 
 /// The nested sub-graphs of disjoint parts put together as [`merge_nested`] would, one after
 /// the other: each wrapper joins the first earlier one it is trivially unionable with (they are
-/// disjoint, the parts being so), recursively; composites stay as they are.
-fn union_all_nested(
+/// disjoint, the parts being so), recursively; composites stay as they are. A wrapper over all
+/// of `outer`'s nodes takes `outer`'s boundary rather than finding it again.
+fn union_all_nested<'s>(
     g: &DataflowGraph<'_>,
-    items: impl Iterator<Item = (SubGraph, FnAttrs)>,
+    items: impl Iterator<Item = &'s (SubGraph, FnAttrs)>,
+    outer: &SubGraph,
 ) -> Vec<(SubGraph, FnAttrs)> {
     // Composites as they are, wrappers as groups to unite.
-    let mut out: Vec<(Vec<SubGraph>, FnAttrs)> = Vec::new();
+    let mut out: Vec<(Vec<&SubGraph>, &FnAttrs)> = Vec::new();
     let mut wrappers: Vec<usize> = Vec::new();
     for (sub, attrs) in items {
-        if is_composite(&attrs) {
+        if is_composite(attrs) {
             out.push((vec![sub], attrs));
             continue;
         }
         match wrappers
             .iter()
-            .find(|&&k| trivially_unionable(&out[k].1, &attrs))
+            .find(|&&k| trivially_unionable(out[k].1, attrs))
         {
             Some(&k) => out[k].0.push(sub),
             None => {
@@ -459,13 +496,12 @@ fn union_all_nested(
         }
     }
     out.into_iter()
-        .map(|(mut subs, attrs)| {
-            let sub = if subs.len() == 1 {
-                subs.pop().expect("one part")
-            } else {
-                SubGraph::union_all(g, subs)
+        .map(|(subs, attrs)| {
+            let sub = match subs[..] {
+                [one] => one.clone(),
+                _ => SubGraph::union_all_like(g, &subs, Some(outer)),
             };
-            (sub, attrs)
+            (sub, attrs.clone())
         })
         .collect()
 }

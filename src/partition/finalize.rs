@@ -34,7 +34,7 @@ pub fn coalesce(
     let mut host_cost = 0.0;
     let mut host_parts: Vec<usize> = Vec::new();
     // The others, each as its sub-graph with what merges along with it.
-    let mut parts: Vec<(SubGraph, Merged)> = Vec::new();
+    let mut parts: Vec<(&SubGraph, Merged)> = Vec::new();
     for &k in &plan.chosen {
         let c = &plan.candidates[k];
         if program.targets[c.target].is_host {
@@ -43,7 +43,7 @@ pub fn coalesce(
             host_parts.push(k);
         } else {
             let payload = (c.target, plan.cost_of(k), vec![k]);
-            parts.push((c.sub_graph.clone(), payload));
+            parts.push((&c.sub_graph, payload));
         }
     }
     // One host candidate keeps its own sub-graph; several make one over all their nodes.
@@ -80,7 +80,7 @@ pub fn coalesce(
         .into_iter()
         .map(|(sub_graph, (target, cost, parts))| super::Partition {
             target,
-            sub_graph,
+            sub_graph: sub_graph.into_owned(),
             cost,
             parts,
             name: String::new(),

@@ -5,69 +5,111 @@
 //! taps of its `only_valid`; see [`crate::enumerate::target_limits`]). The regions define the
 //! `greedy:<target>` baseline and join the search as candidates.
 
+use crate::dataflow::index_set::words_cmp;
 use crate::enumerate::{Candidate, DataflowGraph, SubGraph};
 use crate::ruletree::SubGraphConfig;
+use std::borrow::Cow;
 
-/// The greedy regions of target `t`, grown within `limits`, in node order.
+/// A greedy region: one of the target's candidates as it is, or the union of several.
+#[derive(Debug)]
+pub enum Region {
+    /// The candidate at this index, taken alone.
+    Candidate(usize),
+    /// The union of several candidates, with their nested parts.
+    Union(Box<SubGraph>),
+}
+
+/// What the greedy regions sort a target's candidates by.
+struct Key {
+    /// Inside nodes.
+    size: usize,
+    /// The first inside node.
+    first: usize,
+    /// The inside set's words, in the sort's copy.
+    words: std::ops::Range<usize>,
+    /// The candidate.
+    k: usize,
+}
+
+/// The greedy regions of target `t`, grown within `limits`, in node order, from the target's
+/// candidates `own` (indices into `candidates`).
 pub fn regions(
     g: &DataflowGraph<'_>,
     candidates: &[Candidate],
+    own: &[usize],
     t: usize,
     limits: &SubGraphConfig,
-) -> Vec<Candidate> {
-    // Largest first (sizes counted once, not at every comparison).
-    let mut mine: Vec<(usize, &Candidate)> = candidates
-        .iter()
-        .filter(|c| c.target == t)
-        .map(|c| (c.sub_graph.inside.count(), c))
-        .collect();
-    mine.sort_by(|(na, a), (nb, b)| {
-        nb.cmp(na)
-            .then_with(|| a.sub_graph.order(&b.sub_graph))
-            .then_with(|| a.rule_name.cmp(&b.rule_name))
+) -> Vec<Region> {
+    // Largest first, then in node order. Each candidate's size, first node and inside words
+    // are copied out in one pass over the candidates, so that sorting and picking read this
+    // compact copy rather than the candidates themselves (which grow past the caches on large
+    // models); only candidates with the same nodes are compared through the candidates.
+    let mut words: Vec<(u32, u64)> = Vec::new();
+    let mut mine: Vec<Key> = Vec::with_capacity(own.len());
+    for &k in own {
+        let inside = &candidates[k].sub_graph.inside;
+        debug_assert_eq!(candidates[k].target, t, "a candidate of another target");
+        let Some(first) = inside.first() else {
+            continue;
+        };
+        let start = words.len();
+        words.extend_from_slice(inside.words());
+        mine.push(Key {
+            size: inside.count(),
+            first,
+            words: start..words.len(),
+            k,
+        });
+    }
+    mine.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
+            .then(a.first.cmp(&b.first))
+            .then_with(|| words_cmp(&words[a.words.clone()], &words[b.words.clone()]))
+            .then_with(|| {
+                let (a, b) = (&candidates[a.k], &candidates[b.k]);
+                a.sub_graph
+                    .inside
+                    .cmp(&b.sub_graph.inside)
+                    .then_with(|| a.rule_name.cmp(&b.rule_name))
+            })
     });
-    // Nodes taken so far, one flag per node: each candidate costs its own size to test and
+    // Nodes taken so far, as words of flags: each candidate costs its own words to test and
     // take, however much is taken (a growing set would cost its size at every union).
-    let mut taken = vec![false; g.len()];
-    let mut picked: Vec<SubGraph> = Vec::new();
-    for (_, c) in mine {
-        if c.sub_graph.inside.iter().any(|i| taken[i]) {
+    let mut taken = vec![0u64; g.len().div_ceil(64)];
+    let mut picked: Vec<(usize, usize)> = Vec::new();
+    for key in mine {
+        let inside = &words[key.words];
+        if inside
+            .iter()
+            .any(|&(w, bits)| taken[w as usize] & bits != 0)
+        {
             continue;
         }
-        for i in c.sub_graph.inside.iter() {
-            taken[i] = true;
+        for &(w, bits) in inside {
+            taken[w as usize] |= bits;
         }
-        picked.push(c.sub_graph.clone());
+        picked.push((key.first, key.k));
     }
-    picked.sort_by(|a, b| a.order(b));
-    let merged = merge_touching(g, picked, limits);
+    // In node order: disjoint sub-graphs are ordered by their first nodes alone.
+    picked.sort_unstable_by_key(|&(first, _)| first);
+    let merged = merge_touching_by(
+        g,
+        picked
+            .into_iter()
+            .map(|(_, k)| (&candidates[k].sub_graph, k))
+            .collect(),
+        |_, _| true,
+        |a, _| a,
+        |_| *limits,
+    );
     merged
         .into_iter()
-        .map(|sub_graph| Candidate {
-            target: t,
-            sub_graph,
-            rule_name: "greedy".into(),
+        .map(|(sub_graph, k)| match sub_graph {
+            Cow::Borrowed(_) => Region::Candidate(k),
+            Cow::Owned(union) => Region::Union(Box::new(union)),
         })
         .collect()
-}
-
-/// Merges touching sub-graphs while the union is valid under `limits`. The result is sorted
-/// in node order.
-pub fn merge_touching(
-    g: &DataflowGraph<'_>,
-    parts: Vec<SubGraph>,
-    limits: &SubGraphConfig,
-) -> Vec<SubGraph> {
-    merge_touching_by(
-        g,
-        parts.into_iter().map(|p| (p, ())).collect(),
-        |_, _| true,
-        |_, _| (),
-        |_| *limits,
-    )
-    .into_iter()
-    .map(|(p, ())| p)
-    .collect()
 }
 
 /// Merges touching parts whose payloads `can_merge`, while the union is valid under the limits
@@ -77,41 +119,30 @@ pub fn merge_touching(
 /// each part, in order, absorbs its touching neighbours (lowest first) until none is left, and
 /// passes repeat until nothing changes. Neighbours are found through the nodes feeding and fed
 /// by a part, so the work is proportional to the edges between parts. Payloads of merged parts
-/// are combined with `combine`. The result is sorted in node order.
-pub fn merge_touching_by<T>(
+/// are combined with `combine`. The result is sorted in node order: a part that merged with
+/// none is given back as it is (borrowed), a union of several is built with their nested parts.
+pub fn merge_touching_by<'p, T>(
     g: &DataflowGraph<'_>,
-    parts: Vec<(SubGraph, T)>,
+    parts: Vec<(&'p SubGraph, T)>,
     can_merge: impl Fn(&T, &T) -> bool,
     combine: impl Fn(T, T) -> T,
     config: impl Fn(&T) -> SubGraphConfig,
-) -> Vec<(SubGraph, T)> {
+) -> Vec<(Cow<'p, SubGraph>, T)> {
     let mut owner = vec![usize::MAX; g.len()];
     for (k, (p, _)) in parts.iter().enumerate() {
         for i in p.inside.iter() {
             owner[i] = k;
         }
     }
-    // The slots hold plain sub-graphs (validity and the cycle test depend on the nodes alone)
-    // and the parts each is made of: each whole union, nested parts and all, is built once, at
-    // the end, rather than rebuilt at every merge (which made merging quadratic in the size of
-    // the regions).
-    let mut originals: Vec<SubGraph> = Vec::with_capacity(parts.len());
-    let mut slots: Vec<Option<(SubGraph, T)>> = Vec::with_capacity(parts.len());
-    for (p, t) in parts {
-        let plain = SubGraph {
-            inside: p.inside.clone(),
-            entry: p.entry.clone(),
-            exit: p.exit.clone(),
-            input: p.input.clone(),
-            output: p.output.clone(),
-            depth: p.depth,
-            kind: p.kind,
-            label: String::new(),
-            nested: Vec::new(),
-        };
-        slots.push(Some((plain, t)));
-        originals.push(p);
-    }
+    // Each slot holds its part until the part's first merge, then the plain union (validity
+    // and the cycle test depend on the nodes alone), with the parts it is made of: each whole
+    // union, nested parts and all, is built once, at the end, rather than rebuilt at every merge
+    // (which made merging quadratic in the size of the regions).
+    let originals: Vec<&'p SubGraph> = parts.iter().map(|(p, _)| *p).collect();
+    let mut slots: Vec<Option<(Cow<'p, SubGraph>, T)>> = parts
+        .into_iter()
+        .map(|(p, t)| Some((Cow::Borrowed(p), t)))
+        .collect();
     let mut members: Vec<Vec<usize>> = (0..slots.len()).map(|k| vec![k]).collect();
     // The cycle test is bounded in a topological order that keeps nearby nodes near (see
     // `returns_to_among`); without forward edges there is none, and the test is unbounded.
@@ -138,13 +169,22 @@ pub fn merge_touching_by<T>(
         (s, None) | (None, s) => s,
     };
     let mut reach = super::Reach::default();
-    let mut no_cycle = |slots: &[Option<(SubGraph, T)>],
-                        owner: &[usize],
-                        starts: &PrefixMax,
-                        i,
-                        j,
-                        u: &SubGraph,
-                        u_span: Option<(usize, usize)>| {
+    // Convexity of the union `u` of slots `i` and `j`: searched near `u` in the local order
+    // rather than through the downstream sets, which grow with the whole graph.
+    let convex = |owner: &[usize], i, j, u: &SubGraph, reach: &mut super::Reach| match &rank {
+        Some(rank) => {
+            !super::leaves_and_returns(g, u, |v| owner[v] == i || owner[v] == j, rank, reach)
+        }
+        None => u.is_convex(g),
+    };
+    let no_cycle = |slots: &[Option<(Cow<'_, SubGraph>, T)>],
+                    owner: &[usize],
+                    starts: &PrefixMax,
+                    i,
+                    j,
+                    u: &SubGraph,
+                    u_span: Option<(usize, usize)>,
+                    reach: &mut super::Reach| {
         if u.exit.count() < 2 {
             return true;
         }
@@ -163,7 +203,7 @@ pub fn merge_touching_by<T>(
             &u.inside,
             &[i, j],
             limit,
-            &mut reach,
+            reach,
         )
     };
     let mut changed = true;
@@ -183,7 +223,12 @@ pub fn merge_touching_by<T>(
                 let mut merged = None;
                 for j in neighbours {
                     let Some((b, tb)) = &slots[j] else { continue };
-                    if !can_merge(ta, tb) || !(a.touches(g, b) || b.touches(g, a)) {
+                    // Touching is adjacency plus neither part flowing back into the other;
+                    // a flow back makes the union non-convex, so the validity test below
+                    // decides that part.
+                    if !can_merge(ta, tb)
+                        || !(a.output.intersects(&b.entry) || b.output.intersects(&a.entry))
+                    {
                         continue;
                     }
                     // Validity and the cycle test depend on the union's nodes alone (the nested
@@ -207,7 +252,8 @@ pub fn merge_touching_by<T>(
                             Vec::new(),
                         )
                     };
-                    if plain.is_valid(g, &limits)
+                    if plain.is_valid_but_convexity(g, &limits)
+                        && convex(&owner, i, j, &plain, &mut reach)
                         && no_cycle(
                             &slots,
                             &owner,
@@ -216,6 +262,7 @@ pub fn merge_touching_by<T>(
                             j,
                             &plain,
                             joined(spans[i], spans[j]),
+                            &mut reach,
                         )
                     {
                         merged = Some((j, plain));
@@ -239,32 +286,30 @@ pub fn merge_touching_by<T>(
                 }
                 let absorbed = std::mem::take(&mut members[j]);
                 members[i].extend(absorbed);
-                slots[i] = Some((u, combine(ta, tb)));
+                slots[i] = Some((Cow::Owned(u), combine(ta, tb)));
                 changed = true;
             }
         }
     }
     // Each slot's whole sub-graph: the part itself, or the union of its parts in the order
     // they joined.
-    let mut originals: Vec<Option<SubGraph>> = originals.into_iter().map(Some).collect();
-    let mut out: Vec<(SubGraph, T)> = slots
+    let mut out: Vec<(Cow<'p, SubGraph>, T)> = slots
         .into_iter()
         .zip(members)
         .filter_map(|(slot, members)| {
             let (_, t) = slot?;
-            let mut parts: Vec<SubGraph> = members
-                .iter()
-                .filter_map(|&m| originals[m].take())
-                .collect();
-            let whole = if parts.len() == 1 {
-                parts.pop().expect("one part")
-            } else {
-                SubGraph::union_all(g, parts)
+            let whole = match members[..] {
+                [one] => Cow::Borrowed(originals[one]),
+                _ => {
+                    let parts: Vec<&SubGraph> = members.iter().map(|&m| originals[m]).collect();
+                    Cow::Owned(SubGraph::union_all(g, &parts))
+                }
             };
             Some((whole, t))
         })
         .collect();
-    out.sort_by(|a, b| a.0.order(&b.0));
+    // Disjoint parts are in node order by their first nodes.
+    out.sort_by_key(|(p, _)| p.inside.first());
     out
 }
 

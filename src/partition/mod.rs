@@ -254,39 +254,51 @@ pub fn partition_on_devices(
     // Each BYOC target's greedy regions, grown within its limits; a region that is not already
     // one of its target's candidates joins the candidates.
     let mut greedy_regions: Vec<(usize, Vec<usize>)> = Vec::new();
-    for t in 0..program.targets.len() {
+    let mut by_target: Vec<Vec<usize>> = vec![Vec::new(); program.targets.len()];
+    for (k, c) in candidates.iter().enumerate() {
+        by_target[c.target].push(k);
+    }
+    for (t, own) in by_target.iter().enumerate() {
         if program.targets[t].compiler.is_none() {
             continue;
         }
         let config = crate::enumerate::target_limits(&program.targets[t], &opts.limits);
-        let regions = greedy::regions(g, &candidates, t, &config);
-        // The candidate equal to each region, if any (a target's candidates are distinct).
-        let by_inside: rustc_hash::FxHashMap<&IndexSet, usize> = regions
+        let regions = greedy::regions(g, &candidates, own, t, &config);
+        // A union may equal one of the target's candidates (a target's candidates are
+        // distinct); a candidate taken alone is itself.
+        let unions: rustc_hash::FxHashMap<&IndexSet, usize> = regions
             .iter()
             .enumerate()
-            .map(|(r, c)| (&c.sub_graph.inside, r))
+            .filter_map(|(r, region)| match region {
+                greedy::Region::Union(u) => Some((&u.inside, r)),
+                greedy::Region::Candidate(_) => None,
+            })
             .collect();
         let mut found: Vec<Option<usize>> = vec![None; regions.len()];
-        for (k, c) in candidates.iter().enumerate() {
-            if c.target != t {
-                continue;
-            }
-            if let Some(&r) = by_inside.get(&c.sub_graph.inside) {
-                if regions[r].sub_graph == c.sub_graph {
-                    found[r] = Some(k);
+        if !unions.is_empty() {
+            for &k in own {
+                let c = &candidates[k];
+                if let Some(&r) = unions.get(&c.sub_graph.inside) {
+                    if matches!(&regions[r], greedy::Region::Union(u) if **u == c.sub_graph) {
+                        found[r] = Some(k);
+                    }
                 }
             }
         }
-        drop(by_inside);
+        drop(unions);
         let mut mine = Vec::new();
         for (region, found) in regions.into_iter().zip(found) {
-            mine.push(found.unwrap_or_else(|| {
-                candidates.push(Candidate {
-                    rule_name: format!("{}.greedy", program.targets[t].name),
-                    ..region
-                });
-                candidates.len() - 1
-            }));
+            mine.push(match (region, found) {
+                (greedy::Region::Candidate(k), _) | (_, Some(k)) => k,
+                (greedy::Region::Union(sub_graph), None) => {
+                    candidates.push(Candidate {
+                        target: t,
+                        sub_graph: *sub_graph,
+                        rule_name: format!("{}.greedy", program.targets[t].name),
+                    });
+                    candidates.len() - 1
+                }
+            });
         }
         greedy_regions.push((t, mine));
     }
@@ -690,13 +702,22 @@ pub fn local_order(g: &DataflowGraph<'_>) -> Vec<usize> {
             level[o.index()] = level[o.index()].max(level[v] + 1);
         }
     }
-    let mut order: Vec<usize> = (0..g.len()).collect();
-    order.sort_by_key(|&v| (level[v], v));
-    let mut rank = vec![0; g.len()];
-    for (r, &v) in order.iter().enumerate() {
-        rank[v] = r;
+    // Sorted by counting: the first rank of each level, then each node in index order.
+    let levels = level.iter().max().map_or(0, |&l| l + 1);
+    let mut next = vec![0usize; levels + 1];
+    for &l in &level {
+        next[l + 1] += 1;
     }
-    rank
+    for l in 0..levels {
+        next[l + 1] += next[l];
+    }
+    level
+        .iter()
+        .map(|&l| {
+            next[l] += 1;
+            next[l] - 1
+        })
+        .collect()
 }
 
 /// Scratch space for [`returns_to_among`], reused between calls.
@@ -787,6 +808,47 @@ pub fn returns_to_among<'p>(
                     }
                 }
             }
+        }
+    }
+    false
+}
+
+/// Whether some path leaves the nodes `inside` says are in `sub` and comes back into it (so
+/// `sub` is not convex): a search from `sub`'s outputs through outside nodes until one inside is
+/// reached. `rank` must be a topological order; a path back ends at an entry, so only nodes
+/// ranked at most the highest entry are followed. With a rank that keeps nearby nodes near
+/// ([`local_order`]), the work stays near `sub`, unlike the downstream sets of
+/// [`SubGraph::is_convex`], which grow with the whole graph.
+pub fn leaves_and_returns(
+    g: &DataflowGraph<'_>,
+    sub: &SubGraph,
+    inside: impl Fn(usize) -> bool,
+    rank: &[usize],
+    reach: &mut Reach,
+) -> bool {
+    let Some(bound) = sub.entry.iter().map(|e| rank[e]).max() else {
+        return false;
+    };
+    reach.begin(g.len(), 0);
+    let generation = reach.generation;
+    let Reach { node, stack, .. } = reach;
+    for o in sub.output.iter() {
+        if rank[o] <= bound {
+            node[o] = generation;
+            stack.push(o);
+        }
+    }
+    while let Some(v) = stack.pop() {
+        for o in g.outputs(v) {
+            let o = o.index();
+            if rank[o] > bound || node[o] == generation {
+                continue;
+            }
+            if inside(o) {
+                return true;
+            }
+            node[o] = generation;
+            stack.push(o);
         }
     }
     false

@@ -21,6 +21,7 @@ use collage::dataflow::{IndexSet, NodeRef};
 use collage::enumerate::{DataflowGraph, SubGraph};
 use collage::ir::{AttrValue, Expr, Module};
 use collage::ops::OpPattern;
+use collage::partition;
 use collage::ruletree::SubGraphConfig;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -497,10 +498,23 @@ proptest! {
         let g = DataflowGraph::new(&m, m.main().unwrap());
         let f = Facts::new(&m, &g);
         let configs = configs();
+        let rank = partition::edges_go_forward(&g).then(|| partition::local_order(&g));
+        let mut reach = partition::Reach::default();
         for chunk in bytes.chunks(24) {
             let inside = subset(&g, &m, &f, chunk);
             let sg = SubGraph::new(&g, index_set(&g, &inside));
             assert_matches(&g, &f, &sg, &text);
+            // Convexity, from the downstream sets and by the bounded search greedy merging uses.
+            let cycle = has_cycle_through_outside(&f, &inside);
+            prop_assert_eq!(sg.is_convex(&g), !cycle, "convexity of {:?} in\n{}", inside, text);
+            if let Some(rank) = &rank {
+                let inside_of = |v: usize| sg.inside.contains(v);
+                prop_assert_eq!(
+                    partition::leaves_and_returns(&g, &sg, inside_of, rank, &mut reach),
+                    cycle,
+                    "bounded convexity of {:?} in\n{}", inside, text
+                );
+            }
             let b = brute(&f, &inside);
             for cfg in &configs {
                 prop_assert_eq!(
@@ -547,6 +561,19 @@ proptest! {
                     brute_touches(&f, up, down),
                     "touches({:?}, {:?}) in\n{}", up, down, text
                 );
+                // Greedy merging tests adjacency and the union's validity only: data flowing
+                // back from one part into the other makes the union non-convex, so within a
+                // valid union, adjacent is touching.
+                if up.is_disjoint(down) {
+                    let union = SubGraph::new(&g, su.inside.union(&sd.inside));
+                    let adjacent =
+                        su.output.intersects(&sd.entry) || sd.output.intersects(&su.entry);
+                    prop_assert_eq!(
+                        adjacent && union.is_convex(&g),
+                        (touches || sd.touches(&g, &su)) && union.is_convex(&g),
+                        "adjacency of {:?} and {:?} in\n{}", up, down, text
+                    );
+                }
                 // Touching convex sub-graphs have a convex union (the property combining
                 // relies on).
                 if touches
@@ -684,7 +711,7 @@ proptest! {
         for p in &parts[1..] {
             absorbed = absorbed.absorb(&g, p).expect("disjoint parts");
         }
-        let all = SubGraph::union_all(&g, parts);
+        let all = SubGraph::union_all(&g, &parts.iter().collect::<Vec<_>>());
         prop_assert_eq!(format!("{all:?}"), format!("{absorbed:?}"), "in\n{}", text);
     }
 }

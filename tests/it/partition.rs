@@ -966,7 +966,20 @@ proptest! {
         if forward {
             // Bounded in two topological orders: node indices, and the local order.
             let identity: Vec<usize> = (0..g.len()).collect();
-            for rank in [identity, partition::local_order(&g)] {
+            // The local order: by the longest path reaching a node, then by index.
+            let mut level = vec![0usize; g.len()];
+            for v in 0..g.len() {
+                for o in g.outputs(v) {
+                    level[o.index()] = level[o.index()].max(level[v] + 1);
+                }
+            }
+            let mut by_level: Vec<usize> = (0..g.len()).collect();
+            by_level.sort_by_key(|&v| (level[v], v));
+            let local = partition::local_order(&g);
+            for (r, &v) in by_level.iter().enumerate() {
+                prop_assert_eq!(local[v], r, "{}", text);
+            }
+            for rank in [identity, local] {
                 for v in 0..g.len() {
                     for o in g.outputs(v) {
                         prop_assert!(rank[v] < rank[o.index()]);

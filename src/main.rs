@@ -494,7 +494,10 @@ enum BackendArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(clap_outcome(&e)),
+    };
     // Deeply nested inputs are rejected by the parser's depth limit; the large stack is a margin
     // for debug builds.
     let worker = std::thread::Builder::new()
@@ -505,6 +508,28 @@ fn main() -> ExitCode {
         Err(_) => run_fallback(),
     };
     ExitCode::from(outcome.exit_code())
+}
+
+/// Prints what the command line parser stopped with (a usage error on standard error; help or
+/// the version on standard output) and gives the exit code: 2 for a usage error, 0 for help or
+/// the version, and 2 (E0902) when the help or the version could not be written (a full disk,
+/// `/dev/full`), as for any command's output; a closed pipe stays quiet.
+fn clap_outcome(e: &clap::Error) -> u8 {
+    let printed = e.print();
+    if e.use_stderr() {
+        return u8::try_from(e.exit_code()).unwrap_or(2);
+    }
+    match printed.and_then(|()| std::io::Write::flush(&mut std::io::stdout())) {
+        Ok(()) => 0,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(err) => {
+            eprintln!(
+                "error[{}]: cannot write standard output: {err}",
+                collage::diag::E0902.id
+            );
+            2
+        }
+    }
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {

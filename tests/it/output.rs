@@ -179,7 +179,10 @@ fn to_full_disk(args: &[&str]) -> std::process::Output {
 #[test]
 fn every_command_reports_a_failed_write_on_standard_output() {
     let rules = "rules/tvm.rules";
-    let commands: [&[&str]; 16] = [
+    let commands: [&[&str]; 19] = [
+        &["--help"],
+        &["--version"],
+        &["partition", "--help"],
         &["parse", MODEL],
         &["parse", MODEL, "--json"],
         &["partition", MODEL],
@@ -215,6 +218,25 @@ fn every_command_reports_a_failed_write_on_standard_output() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn help_and_version_print_on_standard_output_and_succeed() {
+    let help = collage(["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: collage"));
+    assert!(help.stderr.is_empty());
+    let version = collage(["--version"]);
+    assert_eq!(version.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("collage {}", env!("CARGO_PKG_VERSION"))
+    );
+    // A usage error still goes to standard error, with exit code 2.
+    let bad = collage(["--no-such-flag"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(bad.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-such-flag"));
 }
 
 #[test]

@@ -192,7 +192,7 @@ impl SubGraph {
     }
 
     /// Whether data from `self` (outside `other`) flows back into `other`'s entries.
-    fn flows_into(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
+    pub fn flows_into(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
         self.output
             .iter()
             .filter(|&o| !other.inside.contains(o))

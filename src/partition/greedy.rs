@@ -31,24 +31,24 @@ struct Key {
     k: usize,
 }
 
-/// The greedy regions of target `t`, grown within `limits`, in node order, from the target's
+/// The greedy regions of one BYOC target, grown within its `limits`, in node order, from its
 /// candidates `own` (indices into `candidates`).
 pub fn regions(
     g: &DataflowGraph<'_>,
     candidates: &[Candidate],
     own: &[usize],
-    t: usize,
     limits: &SubGraphConfig,
 ) -> Vec<Region> {
     // Largest first, then in node order. Each candidate's size, first node and inside words
     // are copied out in one pass over the candidates, so that sorting and picking read this
     // compact copy rather than the candidates themselves (which grow past the caches on large
-    // models); only candidates with the same nodes are compared through the candidates.
+    // models); only candidates with the same nodes are compared through the candidates (by
+    // rule name).
     let mut words: Vec<(u32, u64)> = Vec::new();
     let mut mine: Vec<Key> = Vec::with_capacity(own.len());
     for &k in own {
         let inside = &candidates[k].sub_graph.inside;
-        debug_assert_eq!(candidates[k].target, t, "a candidate of another target");
+        // (A candidate always has nodes; one without would take none.)
         let Some(first) = inside.first() else {
             continue;
         };
@@ -66,13 +66,8 @@ pub fn regions(
             .cmp(&a.size)
             .then(a.first.cmp(&b.first))
             .then_with(|| words_cmp(&words[a.words.clone()], &words[b.words.clone()]))
-            .then_with(|| {
-                let (a, b) = (&candidates[a.k], &candidates[b.k]);
-                a.sub_graph
-                    .inside
-                    .cmp(&b.sub_graph.inside)
-                    .then_with(|| a.rule_name.cmp(&b.rule_name))
-            })
+            // Sets over one graph with the same words are the same set.
+            .then_with(|| candidates[a.k].rule_name.cmp(&candidates[b.k].rule_name))
     });
     // Nodes taken so far, as words of flags: each candidate costs its own words to test and
     // take, however much is taken (a growing set would cost its size at every union).
@@ -169,14 +164,14 @@ pub fn merge_touching_by<'p, T>(
         (s, None) | (None, s) => s,
     };
     let mut reach = super::Reach::default();
-    // Convexity of the union `u` of slots `i` and `j`: searched near `u` in the local order
+    // Whether data leaving the union `u` of parts `a` and `b` comes back into it: what touching
+    // (both ways) and the union's convexity rule out. Searched near `u` in the local order
     // rather than through the downstream sets, which grow with the whole graph.
-    let convex = |owner: &[usize], i, j, u: &SubGraph, reach: &mut super::Reach| match &rank {
-        Some(rank) => {
-            !super::leaves_and_returns(g, u, |v| owner[v] == i || owner[v] == j, rank, reach)
-        }
-        None => u.is_convex(g),
-    };
+    let flows_back =
+        |a: &SubGraph, b: &SubGraph, u: &SubGraph, reach: &mut super::Reach| match &rank {
+            Some(rank) => super::flows_back(g, a, b, u, rank, reach),
+            None => a.flows_into(g, b) || b.flows_into(g, a) || !u.is_convex(g),
+        };
     let no_cycle = |slots: &[Option<(Cow<'_, SubGraph>, T)>],
                     owner: &[usize],
                     starts: &PrefixMax,
@@ -223,9 +218,8 @@ pub fn merge_touching_by<'p, T>(
                 let mut merged = None;
                 for j in neighbours {
                     let Some((b, tb)) = &slots[j] else { continue };
-                    // Touching is adjacency plus neither part flowing back into the other;
-                    // a flow back makes the union non-convex, so the validity test below
-                    // decides that part.
+                    // Touching is adjacency plus neither part flowing back into the other; the
+                    // flows are tested below with the union's convexity, in one search.
                     if !can_merge(ta, tb)
                         || !(a.output.intersects(&b.entry) || b.output.intersects(&a.entry))
                     {
@@ -253,7 +247,7 @@ pub fn merge_touching_by<'p, T>(
                         )
                     };
                     if plain.is_valid_but_convexity(g, &limits)
-                        && convex(&owner, i, j, &plain, &mut reach)
+                        && !flows_back(a, b, &plain, &mut reach)
                         && no_cycle(
                             &slots,
                             &owner,

@@ -263,7 +263,7 @@ pub fn partition_on_devices(
             continue;
         }
         let config = crate::enumerate::target_limits(&program.targets[t], &opts.limits);
-        let regions = greedy::regions(g, &candidates, own, t, &config);
+        let regions = greedy::regions(g, &candidates, own, &config);
         // A union may equal one of the target's candidates (a target's candidates are
         // distinct); a candidate taken alone is itself.
         let unions: rustc_hash::FxHashMap<&IndexSet, usize> = regions
@@ -813,45 +813,58 @@ pub fn returns_to_among<'p>(
     false
 }
 
-/// Whether some path leaves the nodes `inside` says are in `sub` and comes back into it (so
-/// `sub` is not convex): a search from `sub`'s outputs through outside nodes until one inside is
-/// reached. `rank` must be a topological order; a path back ends at an entry, so only nodes
-/// ranked at most the highest entry are followed. With a rank that keeps nearby nodes near
-/// ([`local_order`]), the work stays near `sub`, unlike the downstream sets of
-/// [`SubGraph::is_convex`], which grow with the whole graph.
-pub fn leaves_and_returns(
+/// Whether data leaving `u`, the union of the disjoint sub-graphs `a` and `b`, comes back into
+/// it: from `a` (outside `b`) into an entry of `b` or of `u`, or from `b` (outside `a`) into an
+/// entry of `a` or of `u`. That is what touching (both ways, [`SubGraph::flows_into`]) and the
+/// convexity of `u` ([`SubGraph::is_convex`]) rule out, found here by a search from the parts'
+/// outputs rather than through the downstream sets, which grow with the whole graph. `rank`
+/// must be a topological order; only nodes ranked at most the highest entry sought are
+/// followed, so with a rank that keeps nearby nodes near ([`local_order`]) the work stays near
+/// `u`.
+pub fn flows_back(
     g: &DataflowGraph<'_>,
-    sub: &SubGraph,
-    inside: impl Fn(usize) -> bool,
+    a: &SubGraph,
+    b: &SubGraph,
+    u: &SubGraph,
     rank: &[usize],
     reach: &mut Reach,
 ) -> bool {
-    let Some(bound) = sub.entry.iter().map(|e| rank[e]).max() else {
-        return false;
+    let mut from_into = |from: &SubGraph, other: &SubGraph| {
+        let into = |v: usize| other.entry.contains(v) || u.entry.contains(v);
+        let Some(bound) = other
+            .entry
+            .iter()
+            .chain(u.entry.iter())
+            .map(|e| rank[e])
+            .max()
+        else {
+            return false;
+        };
+        reach.begin(g.len(), 0);
+        let generation = reach.generation;
+        let Reach { node, stack, .. } = &mut *reach;
+        for o in from.output.iter() {
+            if rank[o] <= bound && !other.inside.contains(o) {
+                node[o] = generation;
+                stack.push(o);
+            }
+        }
+        while let Some(v) = stack.pop() {
+            for o in g.outputs(v) {
+                let o = o.index();
+                if rank[o] > bound || node[o] == generation {
+                    continue;
+                }
+                if into(o) {
+                    return true;
+                }
+                node[o] = generation;
+                stack.push(o);
+            }
+        }
+        false
     };
-    reach.begin(g.len(), 0);
-    let generation = reach.generation;
-    let Reach { node, stack, .. } = reach;
-    for o in sub.output.iter() {
-        if rank[o] <= bound {
-            node[o] = generation;
-            stack.push(o);
-        }
-    }
-    while let Some(v) = stack.pop() {
-        for o in g.outputs(v) {
-            let o = o.index();
-            if rank[o] > bound || node[o] == generation {
-                continue;
-            }
-            if inside(o) {
-                return true;
-            }
-            node[o] = generation;
-            stack.push(o);
-        }
-    }
-    false
+    from_into(a, b) || from_into(b, a)
 }
 
 /// The cost of the best cover using only the candidates `keep` allows.

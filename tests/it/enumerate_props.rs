@@ -498,23 +498,12 @@ proptest! {
         let g = DataflowGraph::new(&m, m.main().unwrap());
         let f = Facts::new(&m, &g);
         let configs = configs();
-        let rank = partition::edges_go_forward(&g).then(|| partition::local_order(&g));
-        let mut reach = partition::Reach::default();
         for chunk in bytes.chunks(24) {
             let inside = subset(&g, &m, &f, chunk);
             let sg = SubGraph::new(&g, index_set(&g, &inside));
             assert_matches(&g, &f, &sg, &text);
-            // Convexity, from the downstream sets and by the bounded search greedy merging uses.
             let cycle = has_cycle_through_outside(&f, &inside);
             prop_assert_eq!(sg.is_convex(&g), !cycle, "convexity of {:?} in\n{}", inside, text);
-            if let Some(rank) = &rank {
-                let inside_of = |v: usize| sg.inside.contains(v);
-                prop_assert_eq!(
-                    partition::leaves_and_returns(&g, &sg, inside_of, rank, &mut reach),
-                    cycle,
-                    "bounded convexity of {:?} in\n{}", inside, text
-                );
-            }
             let b = brute(&f, &inside);
             for cfg in &configs {
                 prop_assert_eq!(
@@ -542,6 +531,8 @@ proptest! {
         let g = DataflowGraph::new(&m, m.main().unwrap());
         let f = Facts::new(&m, &g);
         let unlimited = SubGraphConfig { max_depth: None, max_exits: 0, allow_taps: true };
+        let rank = partition::edges_go_forward(&g).then(|| partition::local_order(&g));
+        let mut reach = partition::Reach::default();
         let sets: Vec<BTreeSet<usize>> = bytes.chunks(24).map(|c| subset(&g, &m, &f, c)).collect();
         for (k, a) in sets.iter().enumerate() {
             // Pair each set with the next one, and with the set itself minus its first half
@@ -561,18 +552,17 @@ proptest! {
                     brute_touches(&f, up, down),
                     "touches({:?}, {:?}) in\n{}", up, down, text
                 );
-                // Greedy merging tests adjacency and the union's validity only: data flowing
-                // back from one part into the other makes the union non-convex, so within a
-                // valid union, adjacent is touching.
+                // Greedy merging tests adjacency, then the flows back of `touches` (both ways)
+                // and the union's convexity in one bounded search: the same answer.
                 if up.is_disjoint(down) {
-                    let union = SubGraph::new(&g, su.inside.union(&sd.inside));
-                    let adjacent =
-                        su.output.intersects(&sd.entry) || sd.output.intersects(&su.entry);
-                    prop_assert_eq!(
-                        adjacent && union.is_convex(&g),
-                        (touches || sd.touches(&g, &su)) && union.is_convex(&g),
-                        "adjacency of {:?} and {:?} in\n{}", up, down, text
-                    );
+                    if let Some(rank) = &rank {
+                        let union = SubGraph::new(&g, su.inside.union(&sd.inside));
+                        prop_assert_eq!(
+                            partition::flows_back(&g, &su, &sd, &union, rank, &mut reach),
+                            su.flows_into(&g, &sd) || sd.flows_into(&g, &su) || !union.is_convex(&g),
+                            "flows back between {:?} and {:?} in\n{}", up, down, text
+                        );
+                    }
                 }
                 // Touching convex sub-graphs have a convex union (the property combining
                 // relies on).

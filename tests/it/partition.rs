@@ -1209,3 +1209,39 @@ fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
     assert_eq!(hook.compiler.as_deref(), Some("example_target_hook"));
     assert_eq!(hook.fusion, Some(collage::ruletree::FusionStyle::Arbitrary));
 }
+
+/// A function literal has an input (the value it captures) yet is inlinable, so data can leave
+/// a union through it and come back without reaching an entry of the union (the union stays
+/// convex): greedy merging's bounded search must still find the flow back that touching rules
+/// out, as the downstream sets do.
+#[test]
+fn flows_back_through_a_function_literal() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  %0 = exp(%x);
+  %1 = fn (%y: Tensor[(4), float32]) -> Tensor[(4), float32] { add(%y, %0) };
+  %2 = %1(%0);
+  negative(%2)
+}
+"#;
+    let m = crate::support::load_text_ok("closure.relay", text);
+    let g = DataflowGraph::new(&m, m.main().unwrap());
+    let find = |label: &str| (0..g.len()).find(|&i| g.label[i] == label).expect(label);
+    let (exp, fun) = (find("exp"), find("fn"));
+    let call = (0..g.len())
+        .find(|&i| g.inputs(i).iter().any(|j| j.index() == fun))
+        .expect("the closure's call");
+    let a = SubGraph::new(&g, IndexSet::from_indices(g.len(), [exp]));
+    let b = SubGraph::new(&g, IndexSet::from_indices(g.len(), [call]));
+    let u = SubGraph::new(&g, a.inside.union(&b.inside));
+    // Adjacent and convex, yet not touching: `exp` flows into the call through the literal.
+    assert!(a.output.intersects(&b.entry));
+    assert!(u.is_convex(&g));
+    assert!(!a.touches(&g, &b) && !b.touches(&g, &a));
+    assert!(a.flows_into(&g, &b));
+    assert!(partition::edges_go_forward(&g));
+    let rank = partition::local_order(&g);
+    let mut reach = partition::Reach::default();
+    assert!(partition::flows_back(&g, &a, &b, &u, &rank, &mut reach));
+    assert!(partition::flows_back(&g, &b, &a, &u, &rank, &mut reach));
+}

@@ -57,17 +57,19 @@ impl MeasureArgs {
     }
 }
 
-/// Opens the measuring estimator for `targets` when `spec` uses it: E2401 (exit 2) when the
+/// Refuses nonsensical measuring flags (a usage error, whether or not they are used), then opens
+/// the measuring estimator for `targets` when `spec` uses it: E2401 (exit 2) when the
 /// measurement cache cannot be opened, W2402 when a damaged one was rebuilt.
 pub fn open(
     args: &MeasureArgs,
     spec: &str,
     targets: &[Target],
 ) -> Result<Option<Arc<Measure>>, Outcome> {
+    // A nonsensical value is refused whether or not it is used.
+    args.check()?;
     if !crate::cost::spec_uses_measure(spec) {
         return Ok(None);
     }
-    args.check()?;
     quiet_openmp();
     let cache_dir = args.resolved_dir();
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {

@@ -198,18 +198,26 @@ fn an_unusable_cache_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error[E2401]"), "{err}");
     assert!(err.contains("is a directory"), "{err}");
-    for bad in [["--threads", "0"], ["--measure-budget", "-1"]] {
-        let out = collage([
-            "partition",
-            small().to_str().unwrap(),
-            "--costs",
-            "measure",
-            "--cache-dir",
-            dir.path().to_str().unwrap(),
-            bad[0],
-            bad[1],
-        ]);
-        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    // Refused whether or not the costs are measured.
+    for costs in ["measure", "analytic"] {
+        for bad in [
+            ["--threads", "0"],
+            ["--measure-budget", "-1"],
+            ["--measure-budget", "nan"],
+        ] {
+            let out = collage([
+                "partition",
+                small().to_str().unwrap(),
+                "--costs",
+                costs,
+                "--cache-dir",
+                dir.path().to_str().unwrap(),
+                bad[0],
+                bad[1],
+            ]);
+            assert_eq!(out.status.code(), Some(2), "{costs} {bad:?}");
+            assert!(out.stdout.is_empty(), "{costs} {bad:?}");
+        }
     }
 }
 

@@ -820,7 +820,8 @@ pub fn returns_to_among<'p>(
 /// outputs rather than through the downstream sets, which grow with the whole graph. `rank`
 /// must be a topological order; only nodes ranked at most the highest entry sought are
 /// followed, so with a rank that keeps nearby nodes near ([`local_order`]) the work stays near
-/// `u`.
+/// `u`. A search that would visit more than a few times the parts' outputs (many outside nodes
+/// within `u`'s ranks) gives way to the downstream sets, so no test costs more than theirs.
 pub fn flows_back(
     g: &DataflowGraph<'_>,
     a: &SubGraph,
@@ -829,7 +830,24 @@ pub fn flows_back(
     rank: &[usize],
     reach: &mut Reach,
 ) -> bool {
-    let mut from_into = |from: &SubGraph, other: &SubGraph| {
+    let budget = 256 + 4 * (a.output.count() + b.output.count());
+    flows_back_within(g, a, b, u, rank, reach, budget)
+}
+
+/// [`flows_back`], the searches visiting at most `budget` nodes before the downstream sets
+/// answer instead.
+pub fn flows_back_within(
+    g: &DataflowGraph<'_>,
+    a: &SubGraph,
+    b: &SubGraph,
+    u: &SubGraph,
+    rank: &[usize],
+    reach: &mut Reach,
+    budget: usize,
+) -> bool {
+    // `Some(found)`, or `None` when the search ran out of budget.
+    let mut left = budget;
+    let mut from_into = |from: &SubGraph, other: &SubGraph| -> Option<bool> {
         let into = |v: usize| other.entry.contains(v) || u.entry.contains(v);
         let Some(bound) = other
             .entry
@@ -838,7 +856,7 @@ pub fn flows_back(
             .map(|e| rank[e])
             .max()
         else {
-            return false;
+            return Some(false);
         };
         reach.begin(g.len(), 0);
         let generation = reach.generation;
@@ -850,21 +868,27 @@ pub fn flows_back(
             }
         }
         while let Some(v) = stack.pop() {
+            left = left.checked_sub(1)?;
             for o in g.outputs(v) {
                 let o = o.index();
                 if rank[o] > bound || node[o] == generation {
                     continue;
                 }
                 if into(o) {
-                    return true;
+                    return Some(true);
                 }
                 node[o] = generation;
                 stack.push(o);
             }
         }
-        false
+        Some(false)
     };
-    from_into(a, b) || from_into(b, a)
+    let searched = match from_into(a, b) {
+        Some(true) => Some(true),
+        Some(false) => from_into(b, a),
+        None => None,
+    };
+    searched.unwrap_or_else(|| a.flows_into(g, b) || b.flows_into(g, a) || !u.is_convex(g))
 }
 
 /// The cost of the best cover using only the candidates `keep` allows.

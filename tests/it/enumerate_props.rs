@@ -557,11 +557,20 @@ proptest! {
                 if up.is_disjoint(down) {
                     if let Some(rank) = &rank {
                         let union = SubGraph::new(&g, su.inside.union(&sd.inside));
-                        prop_assert_eq!(
-                            partition::flows_back(&g, &su, &sd, &union, rank, &mut reach),
-                            su.flows_into(&g, &sd) || sd.flows_into(&g, &su) || !union.is_convex(&g),
-                            "flows back between {:?} and {:?} in\n{}", up, down, text
-                        );
+                        let expected =
+                            su.flows_into(&g, &sd) || sd.flows_into(&g, &su) || !union.is_convex(&g);
+                        // Searched in full, cut short at once (the downstream sets answer), and
+                        // cut short part of the way.
+                        for budget in [usize::MAX, 0, 3] {
+                            prop_assert_eq!(
+                                partition::flows_back_within(
+                                    &g, &su, &sd, &union, rank, &mut reach, budget
+                                ),
+                                expected,
+                                "flows back between {:?} and {:?} (budget {}) in\n{}",
+                                up, down, budget, text
+                            );
+                        }
                     }
                 }
                 // Touching convex sub-graphs have a convex union (the property combining

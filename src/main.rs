@@ -519,17 +519,8 @@ fn clap_outcome(e: &clap::Error) -> u8 {
     if e.use_stderr() {
         return u8::try_from(e.exit_code()).unwrap_or(2);
     }
-    match printed.and_then(|()| std::io::Write::flush(&mut std::io::stdout())) {
-        Ok(()) => 0,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => 0,
-        Err(err) => {
-            eprintln!(
-                "error[{}]: cannot write standard output: {err}",
-                collage::diag::E0902.id
-            );
-            2
-        }
-    }
+    let written = printed.and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+    driver::written(driver::stdout_written(written)).exit_code()
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {

@@ -39,10 +39,16 @@ impl Outcome {
 pub fn out(text: &str) -> Result<(), Outcome> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    stdout_written(
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush()),
+    )
+}
+
+/// The outcome of a write to standard output, reported as [`out`] reports it.
+pub fn stdout_written(result: std::io::Result<()>) -> Result<(), Outcome> {
+    match result {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => {

@@ -164,14 +164,6 @@ pub fn merge_touching_by<'p, T>(
         (s, None) | (None, s) => s,
     };
     let mut reach = super::Reach::default();
-    // Whether data leaving the union `u` of parts `a` and `b` comes back into it: what touching
-    // (both ways) and the union's convexity rule out. Searched near `u` in the local order
-    // rather than through the downstream sets, which grow with the whole graph.
-    let flows_back =
-        |a: &SubGraph, b: &SubGraph, u: &SubGraph, reach: &mut super::Reach| match &rank {
-            Some(rank) => super::flows_back(g, a, b, u, rank, reach),
-            None => a.flows_into(g, b) || b.flows_into(g, a) || !u.is_convex(g),
-        };
     let no_cycle = |slots: &[Option<(Cow<'_, SubGraph>, T)>],
                     owner: &[usize],
                     starts: &PrefixMax,
@@ -219,7 +211,8 @@ pub fn merge_touching_by<'p, T>(
                 for j in neighbours {
                     let Some((b, tb)) = &slots[j] else { continue };
                     // Touching is adjacency plus neither part flowing back into the other; the
-                    // flows are tested below with the union's convexity, in one search.
+                    // flows are tested below with the union's convexity, in one search near the
+                    // union ([`super::flows_back`]) rather than through the downstream sets.
                     if !can_merge(ta, tb)
                         || !(a.output.intersects(&b.entry) || b.output.intersects(&a.entry))
                     {
@@ -247,7 +240,7 @@ pub fn merge_touching_by<'p, T>(
                         )
                     };
                     if plain.is_valid_but_convexity(g, &limits)
-                        && !flows_back(a, b, &plain, &mut reach)
+                        && !super::flows_back(g, a, b, &plain, rank.as_deref(), None, &mut reach)
                         && no_cycle(
                             &slots,
                             &owner,

@@ -820,33 +820,24 @@ pub fn returns_to_among<'p>(
 /// outputs rather than through the downstream sets, which grow with the whole graph. `rank`
 /// must be a topological order; only nodes ranked at most the highest entry sought are
 /// followed, so with a rank that keeps nearby nodes near ([`local_order`]) the work stays near
-/// `u`. A search that would visit more than a few times the parts' outputs (many outside nodes
-/// within `u`'s ranks) gives way to the downstream sets, so no test costs more than theirs.
+/// `u`. A search that would visit more than `budget` nodes (by default 256 plus four per output
+/// of the parts: many outside nodes within `u`'s ranks) gives way to the downstream sets, so no
+/// test costs more than theirs; so does having no rank.
 pub fn flows_back(
     g: &DataflowGraph<'_>,
     a: &SubGraph,
     b: &SubGraph,
     u: &SubGraph,
-    rank: &[usize],
+    rank: Option<&[usize]>,
+    budget: Option<usize>,
     reach: &mut Reach,
 ) -> bool {
-    let budget = 256 + 4 * (a.output.count() + b.output.count());
-    flows_back_within(g, a, b, u, rank, reach, budget)
-}
-
-/// [`flows_back`], the searches visiting at most `budget` nodes before the downstream sets
-/// answer instead.
-pub fn flows_back_within(
-    g: &DataflowGraph<'_>,
-    a: &SubGraph,
-    b: &SubGraph,
-    u: &SubGraph,
-    rank: &[usize],
-    reach: &mut Reach,
-    budget: usize,
-) -> bool {
+    let downstream = || a.flows_into(g, b) || b.flows_into(g, a) || !u.is_convex(g);
+    let Some(rank) = rank else {
+        return downstream();
+    };
+    let mut left = budget.unwrap_or(256 + 4 * (a.output.count() + b.output.count()));
     // `Some(found)`, or `None` when the search ran out of budget.
-    let mut left = budget;
     let mut from_into = |from: &SubGraph, other: &SubGraph| -> Option<bool> {
         let into = |v: usize| other.entry.contains(v) || u.entry.contains(v);
         let Some(bound) = other
@@ -888,7 +879,7 @@ pub fn flows_back_within(
         Some(false) => from_into(b, a),
         None => None,
     };
-    searched.unwrap_or_else(|| a.flows_into(g, b) || b.flows_into(g, a) || !u.is_convex(g))
+    searched.unwrap_or_else(downstream)
 }
 
 /// The cost of the best cover using only the candidates `keep` allows.

@@ -561,10 +561,15 @@ proptest! {
                             su.flows_into(&g, &sd) || sd.flows_into(&g, &su) || !union.is_convex(&g);
                         // Searched in full, cut short at once (the downstream sets answer), and
                         // cut short part of the way.
+                        prop_assert_eq!(
+                            partition::flows_back(&g, &su, &sd, &union, None, None, &mut reach),
+                            expected,
+                            "flows back between {:?} and {:?} without a rank in\n{}", up, down, text
+                        );
                         for budget in [usize::MAX, 0, 3] {
                             prop_assert_eq!(
-                                partition::flows_back_within(
-                                    &g, &su, &sd, &union, rank, &mut reach, budget
+                                partition::flows_back(
+                                    &g, &su, &sd, &union, Some(rank), Some(budget), &mut reach
                                 ),
                                 expected,
                                 "flows back between {:?} and {:?} (budget {}) in\n{}",

@@ -1242,6 +1242,22 @@ def @main(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {
     assert!(partition::edges_go_forward(&g));
     let rank = partition::local_order(&g);
     let mut reach = partition::Reach::default();
-    assert!(partition::flows_back(&g, &a, &b, &u, &rank, &mut reach));
-    assert!(partition::flows_back(&g, &b, &a, &u, &rank, &mut reach));
+    assert!(partition::flows_back(
+        &g,
+        &a,
+        &b,
+        &u,
+        Some(&rank),
+        None,
+        &mut reach
+    ));
+    assert!(partition::flows_back(
+        &g,
+        &b,
+        &a,
+        &u,
+        Some(&rank),
+        None,
+        &mut reach
+    ));
 }

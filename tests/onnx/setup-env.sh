@@ -16,13 +16,9 @@ set -euo pipefail
 
 venv=${1:-/work/venv-onnx}
 
-# Pins (tests/onnx/README.md lists what each is for).
-py_packages=(
-    "transformers==4.36.2"
-    "onnx==1.22.0"
-    "onnxruntime==1.23.2"
-    "numpy<2"
-)
+# Pins: tests/onnx/requirements.txt (transformers 4.36.2, onnx 1.22.0, onnxruntime 1.23.2,
+# numpy<2, and their dependencies).
+requirements="$(cd "$(dirname "$0")" && pwd)/requirements.txt"
 deb_packages=(python3-torch python3-torchvision python3-venv python3-pip)
 
 installed() {
@@ -43,8 +39,9 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-case "$venv" in
-    "$(cd "$(dirname "$0")/../.." && pwd)"/*)
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+case "$(realpath -m "$venv")" in
+    "$repo" | "$repo"/*)
         echo "setup-env.sh: $venv is inside the repository; put the environment elsewhere" >&2
         exit 1 ;;
 esac
@@ -53,7 +50,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
     /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 export HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-"$venv/bin/python" -m pip install -q "${py_packages[@]}"
+"$venv/bin/python" -m pip install -q -r "$requirements"
 
 # Check the environment: versions, and that torch imports with the numpy that pip left in place.
 "$venv/bin/python" - <<'PY'

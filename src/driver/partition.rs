@@ -190,11 +190,10 @@ pub fn partition_command(req: &Request) -> Outcome {
             Some(e) => explained.push(e),
             None => {
                 bar.finish();
-                eprintln!(
-                    "error[{}]: `--explain {b}`: no node of @main is bound to `{b}`",
-                    diag::E2105.id
+                return super::usage_error(
+                    diag::E2105,
+                    format!("`--explain {b}`: no node of @main is bound to `{b}`"),
                 );
-                return Outcome::Usage;
             }
         }
     }

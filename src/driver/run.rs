@@ -95,6 +95,11 @@ fn usage(code: diag::Code, msg: String) -> Outcome {
     super::usage_error(code, msg)
 }
 
+fn not_comparable(msg: String) -> Outcome {
+    diag::emit_alone(diag::Diagnostic::error(diag::E2307, msg));
+    Outcome::InputErrors
+}
+
 fn input_error(msg: String) -> Outcome {
     diag::emit_alone(diag::Diagnostic::error(diag::E2304, msg));
     Outcome::InputErrors
@@ -475,28 +480,24 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            eprintln!(
-                "error[{}]: `{}` takes ({}) but `{}` takes ({})",
-                diag::E2307.id,
+            return Err(not_comparable(format!(
+                "`{}` takes ({}) but `{}` takes ({})",
                 path.display(),
                 show(&y),
                 req.model.display(),
                 show(&x)
-            );
-            return Err(Outcome::InputErrors);
+            )));
         }
         let (v, _) = run_once(&y, &inputs, &sources)?;
         let theirs: Vec<&Arc<Tensor>> = v.flatten();
         if theirs.len() != outputs.len() {
-            eprintln!(
-                "error[{}]: `{}` has {} outputs but `{}` has {}",
-                diag::E2307.id,
+            return Err(not_comparable(format!(
+                "`{}` has {} outputs but `{}` has {}",
                 path.display(),
                 theirs.len(),
                 req.model.display(),
                 outputs.len()
-            );
-            return Err(Outcome::InputErrors);
+            )));
         }
         let mut diffs = Vec::new();
         for (i, (a, b)) in outputs.iter().zip(&theirs).enumerate() {
@@ -509,12 +510,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
             match compare::compare(b, a, rtol, atol) {
                 Ok(d) => diffs.push((d, rtol, atol)),
                 Err(e) => {
-                    eprintln!(
-                        "error[{}]: output{i} of `{}` cannot be compared: {e}",
-                        diag::E2307.id,
+                    return Err(not_comparable(format!(
+                        "output{i} of `{}` cannot be compared: {e}",
                         path.display()
-                    );
-                    return Err(Outcome::InputErrors);
+                    )));
                 }
             }
         }

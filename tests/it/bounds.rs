@@ -55,11 +55,13 @@ fn fingerprints() -> Vec<(String, String)> {
 }
 
 /// A table pricing every candidate at a few microseconds (dnnl cheaper than tvm_cpu), with
-/// the first one at `first`.
+/// the first dnnl candidate (which a plan need not take) at `first`.
 fn table(dir: &Path, first: &str) -> String {
+    let fps = fingerprints();
+    let dear = fps.iter().position(|(t, _)| t == "dnnl").unwrap();
     let mut costs = Vec::new();
-    for (k, (target, fp)) in fingerprints().iter().enumerate() {
-        let c = if k == 0 {
+    for (k, (target, fp)) in fps.iter().enumerate() {
+        let c = if k == dear {
             first.to_string()
         } else if target == "dnnl" {
             format!("{}e-6", 1 + k % 3)
@@ -88,8 +90,9 @@ fn partition_json(spec: &str) -> Output {
     ])
 }
 
-/// One huge finite cost (1e30, FLT_MAX, 1e300) in a `table:` file made every other cost zero
-/// in the search: a total of 0, below its own parts. Such a cost is refused where it enters;
+/// One huge finite cost (1e30, FLT_MAX, 1e300) in a `table:` file, on a candidate no plan
+/// needs, made every other cost zero in the search: with 1e300 a total of 0 and a native-only
+/// plan, with 1e30 a total below the sum of its parts. Such a cost is refused where it enters;
 /// within the ceiling, a total is never below any of its parts.
 #[test]
 fn a_huge_cost_is_refused_and_totals_are_never_below_their_parts() {

@@ -168,9 +168,10 @@ impl Diagnostics {
 
     /// Renders all diagnostics as plain text (no colours), as used in snapshots.
     pub fn render_plain(&self, sources: &SourceMap) -> String {
+        let files = Files::new(sources);
         let mut out = String::new();
         for d in &self.items {
-            out.push_str(&render_plain(d, sources));
+            out.push_str(&render_with(&files, d, sources));
         }
         out
     }
@@ -198,7 +199,72 @@ impl<'a> IntoIterator for &'a Diagnostics {
     }
 }
 
-struct Files<'a>(&'a SourceMap);
+/// Whether `c` would act on a terminal rather than show: C0 controls other than tab, line
+/// feed and carriage return, DEL and the C1 controls (ESC starts escape sequences; `\u{9b}` is
+/// a one-character CSI).
+fn is_control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+}
+
+/// `text` with every terminal control character (see [`is_control`]) written as a visible
+/// escape such as `\u{1b}`, so user text in a message (a string attribute, a name, a file name)
+/// cannot move the cursor, recolour or retitle the terminal. Every diagnostic's message,
+/// labels, notes and file names go through it when rendered.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_control(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `text` with each control character replaced by `?` repeated to its UTF-8 length, so the
+/// source lines shown under a diagnostic keep their byte offsets but carry no terminal
+/// controls.
+fn blank_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_control(c) {
+            out.extend(std::iter::repeat_n('?', c.len_utf8()));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The source map as codespan sees it: names and texts without terminal controls (cleaned
+/// once per rendering, only for files that have any).
+type Clean<'a> = (std::borrow::Cow<'a, str>, std::borrow::Cow<'a, str>);
+
+struct Files<'a> {
+    map: &'a SourceMap,
+    clean: Vec<std::cell::OnceCell<Clean<'a>>>,
+}
+
+impl<'a> Files<'a> {
+    fn new(map: &'a SourceMap) -> Files<'a> {
+        let clean = map.files().map(|_| std::cell::OnceCell::new()).collect();
+        Files { map, clean }
+    }
+
+    fn clean(&self, id: FileId) -> &Clean<'a> {
+        self.clean[id.0 as usize].get_or_init(|| {
+            let f = self.map.get(id);
+            (escape_controls(&f.name), blank_controls(&f.text))
+        })
+    }
+}
 
 impl<'a> codespan_reporting::files::Files<'a> for Files<'a> {
     type FileId = FileId;
@@ -206,11 +272,11 @@ impl<'a> codespan_reporting::files::Files<'a> for Files<'a> {
     type Source = &'a str;
 
     fn name(&'a self, id: FileId) -> Result<&'a str, codespan_reporting::files::Error> {
-        Ok(&self.0.get(id).name)
+        Ok(&self.clean(id).0)
     }
 
     fn source(&'a self, id: FileId) -> Result<&'a str, codespan_reporting::files::Error> {
-        Ok(&self.0.get(id).text)
+        Ok(&self.clean(id).1)
     }
 
     fn line_index(
@@ -218,7 +284,7 @@ impl<'a> codespan_reporting::files::Files<'a> for Files<'a> {
         id: FileId,
         byte_index: usize,
     ) -> Result<usize, codespan_reporting::files::Error> {
-        let starts = self.0.get(id).line_starts();
+        let starts = self.map.get(id).line_starts();
         Ok(match starts.binary_search(&(byte_index as u32)) {
             Ok(i) => i,
             Err(i) => i - 1,
@@ -230,7 +296,7 @@ impl<'a> codespan_reporting::files::Files<'a> for Files<'a> {
         id: FileId,
         line_index: usize,
     ) -> Result<Range<usize>, codespan_reporting::files::Error> {
-        let file = self.0.get(id);
+        let file = self.map.get(id);
         let starts = file.line_starts();
         let start =
             *starts
@@ -264,22 +330,37 @@ fn to_codespan(d: &Diagnostic, sources: &SourceMap) -> cs::Diagnostic<FileId> {
             } else {
                 cs::LabelStyle::Secondary
             };
-            cs::Label::new(style, l.span.file, start..end).with_message(l.message.clone())
+            cs::Label::new(style, l.span.file, start..end)
+                .with_message(escape_controls(&l.message).into_owned())
         })
         .collect();
     cs::Diagnostic::new(severity)
         .with_code(d.code.id)
-        .with_message(d.message.clone())
+        .with_message(escape_controls(&d.message).into_owned())
         .with_labels(labels)
-        .with_notes(d.notes.clone())
+        .with_notes(
+            d.notes
+                .iter()
+                .map(|n| escape_controls(n).into_owned())
+                .collect(),
+        )
 }
 
 /// Renders one diagnostic as plain text (file, line and column, caret span, code, notes).
 pub fn render_plain(d: &Diagnostic, sources: &SourceMap) -> String {
+    render_with(&Files::new(sources), d, sources)
+}
+
+fn render_with<'a>(files: &'a Files<'a>, d: &Diagnostic, sources: &SourceMap) -> String {
     let config = term::Config::default();
-    let files = Files(sources);
-    term::emit_into_string(&config, &files, &to_codespan(d, sources))
-        .unwrap_or_else(|_| format!("{}[{}]: {}\n", severity_word(d), d.code.id, d.message))
+    term::emit_into_string(&config, files, &to_codespan(d, sources)).unwrap_or_else(|_| {
+        format!(
+            "{}[{}]: {}\n",
+            severity_word(d),
+            d.code.id,
+            escape_controls(&d.message)
+        )
+    })
 }
 
 fn severity_word(d: &Diagnostic) -> &'static str {
@@ -293,7 +374,7 @@ fn severity_word(d: &Diagnostic) -> &'static str {
 pub fn emit_stderr(diags: &Diagnostics, sources: &SourceMap) {
     use std::io::IsTerminal;
     let config = term::Config::default();
-    let files = Files(sources);
+    let files = Files::new(sources);
     if std::io::stderr().is_terminal() {
         let stream = term::termcolor::StandardStream::stderr(term::termcolor::ColorChoice::Auto);
         let styles = term::Styles::default();
@@ -309,6 +390,12 @@ pub fn emit_stderr(diags: &Diagnostics, sources: &SourceMap) {
             let _ = term::emit_to_io_write(&mut err, &config, &files, &to_codespan(d, sources));
         }
     }
+}
+
+/// Writes one diagnostic that points at no source (a flag, a file as a whole, the machine) to
+/// standard error, as [`emit_stderr`] does: `error[E0950]: message` and its notes.
+pub fn emit_alone(d: Diagnostic) {
+    emit_stderr(&d.into(), &SourceMap::new());
 }
 
 #[cfg(test)]
@@ -328,6 +415,26 @@ mod tests {
         );
         assert!(text.contains("m.relay:2:5"), "{text}");
         assert!(text.contains("^^^"), "{text}");
+    }
+
+    /// Terminal controls in user text (a message quoting an attribute, a file name, the source
+    /// line under the caret) are shown, never sent raw.
+    #[test]
+    fn terminal_controls_are_escaped() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("m\u{1b}]0;t\u{7}.relay", "%x\u{1b}[2J = 1;\u{9b}31m\n");
+        let d = Diagnostic::error(E0201, "bad `\u{1b}[31mred`")
+            .with_primary(Span::new(f, 0, 6), "name \u{1b}[1m")
+            .with_note("note \u{9b}2J");
+        let text = render_plain(&d, &sm);
+        assert!(!text.chars().any(is_control), "{text:?}");
+        assert!(text.contains("bad `\\u{1b}[31mred`"), "{text}");
+        assert!(text.contains("name \\u{1b}[1m"), "{text}");
+        assert!(text.contains("note \\u{9b}2J"), "{text}");
+        assert!(text.contains("m\\u{1b}]0;t\\u{7}.relay:1:1"), "{text}");
+        // The source line keeps its columns: the control is one `?` per byte.
+        assert!(text.contains("%x?[2J = 1;??31m"), "{text}");
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
     }
 
     #[test]

@@ -209,6 +209,11 @@ enum Command {
         /// tolerances: rtol and atol 1e-4 for float32, 5e-2 for float16 and bfloat16).
         #[arg(long)]
         check_reference: bool,
+        /// The most memory the model may need (constants, inputs and the peak of intermediate
+        /// tensors, computed before anything is allocated): bytes, or with a suffix `K`, `M`,
+        /// `G`, `T` (default: the memory available to this process).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
     },
     /// List the backends this machine has (reference interpreter, native C compiler, oneDNN,
     /// OpenBLAS): whether each is available, its library and version.
@@ -263,6 +268,11 @@ enum Command {
         /// the time its kernel took inside the whole model.
         #[arg(long)]
         profile: bool,
+        /// The most memory the model may need (constants, inputs and the peak of intermediate
+        /// tensors, computed before anything is allocated): bytes, or with a suffix `K`, `M`,
+        /// `G`, `T` (default: the memory available to this process).
+        #[arg(long, value_name = "SIZE")]
+        max_memory: Option<String>,
         #[command(flatten)]
         measure: MeasureFlags,
     },
@@ -438,7 +448,10 @@ fn cost_timeout_of(secs: f64) -> Option<std::time::Duration> {
     if secs.is_finite() && secs > 0.0 {
         Some(std::time::Duration::from_secs_f64(secs.min(1e6)))
     } else {
-        eprintln!("error: `--cost-timeout` must be a positive number of seconds");
+        driver::usage_error(
+            collage::diag::E0953,
+            format!("`--cost-timeout` must be a positive number of seconds, found {secs}"),
+        );
         None
     }
 }
@@ -667,6 +680,7 @@ fn run(cli: Cli) -> Outcome {
             format,
             plot,
             profile,
+            max_memory,
             measure,
         } => {
             let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
@@ -690,6 +704,7 @@ fn run(cli: Cli) -> Outcome {
                 rtol,
                 atol,
                 progress: measure.progress,
+                max_memory,
             })
         }
         Command::Cache { action } => match action {
@@ -729,6 +744,7 @@ fn run(cli: Cli) -> Outcome {
             cache_dir,
             compile_timeout,
             check_reference,
+            max_memory,
         } => driver::run::run_command(&driver::run::Request {
             model,
             seed,
@@ -751,6 +767,7 @@ fn run(cli: Cli) -> Outcome {
             cache_dir,
             compile_timeout,
             check_reference,
+            max_memory,
         }),
         Command::Backends { format } => {
             driver::backends::backends_command(format == FormatArg::Json)

@@ -53,7 +53,16 @@ pub fn estimate_all(
             candidate: &candidates[k],
         })
         .collect();
-    let distinct: Vec<Estimate> = estimator.estimate_many(&reqs, progress);
+    let mut distinct: Vec<Estimate> = estimator.estimate_many(&reqs, progress);
+    // The contract's range, whatever the estimator: a cost above the ceiling is unusable.
+    for e in &mut distinct {
+        if let (true, Err(why)) = (e.cost.is_known(), super::check_seconds(e.cost.seconds())) {
+            *e = Estimate::because(
+                Cost::INVALID,
+                format!("{}: the estimate {} {why}", estimator.name(), e.cost),
+            );
+        }
+    }
     progress(first.len(), first.len());
     Estimates {
         costs: slot

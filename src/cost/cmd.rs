@@ -143,7 +143,13 @@ fn read_answer(out: &str) -> Estimate {
             Estimate::because(Cost::UNKNOWN, format!("the command answered `{shown}`"))
         }
         s => match s.parse::<f64>() {
-            Ok(x) if Cost::value(x).is_known() => Cost::value(x).into(),
+            Ok(x) if Cost::value(x).is_known() => match super::check_seconds(x) {
+                Ok(x) => Cost::value(x).into(),
+                Err(why) => Estimate::because(
+                    Cost::INVALID,
+                    format!("the command printed `{shown}`, which {why}"),
+                ),
+            },
             Ok(_) => Estimate::because(
                 Cost::INVALID,
                 format!("the command printed `{shown}`, not a non-negative number of seconds"),

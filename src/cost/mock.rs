@@ -5,6 +5,10 @@
 
 use super::{read_json, Cost, Estimate, Estimator, Request, SpecError};
 
+/// The largest base cost: a candidate costs `c × Σ_{k<n} 0.9^k < 10c`, so every mock cost is
+/// within [`super::MAX_SECONDS`].
+pub const MAX_BASE: f64 = super::MAX_SECONDS / 10.0;
+
 /// The mock estimator: base cost per target name.
 pub struct Mock {
     /// (target name, base cost), in file order.
@@ -27,6 +31,13 @@ impl Mock {
         let mut costs = Vec::new();
         for (name, c) in targets {
             match c.as_f64() {
+                Some(x) if x > MAX_BASE => {
+                    return Err(SpecError(format!(
+                        "the cost of target `{name}` ({c}) is above the ceiling of {MAX_BASE} s \
+                         (a candidate costs less than ten times its base cost, and at most {} s)",
+                        super::MAX_SECONDS
+                    )))
+                }
                 Some(x) if x.is_finite() && x >= 0.0 => costs.push((name.clone(), x)),
                 _ => {
                     return Err(SpecError(format!(

@@ -12,7 +12,9 @@
 //!   candidate sits in the model. [`cache::CostCache`] relies on this and asks once per
 //!   structure and target.
 //! * `UNKNOWN` means "ask the next estimator". `INVALID` means the candidate cannot run on the
-//!   target; the search never takes it. Otherwise the value is finite and non-negative.
+//!   target; the search never takes it. Otherwise the value is finite, non-negative and at most
+//!   [`MAX_SECONDS`]: [`cache::estimate_all`] turns a larger answer into `INVALID` (saying
+//!   why), and costs read from files are checked against the same range when they are read.
 //! * Estimators are `Sync`: the cache may call one estimator from several threads at once when
 //!   it says [`Estimator::parallel`].
 //! * Host candidates are never estimated; they cost zero.
@@ -27,6 +29,28 @@ pub mod table;
 use crate::enumerate::{Candidate, DataflowGraph};
 use crate::ruletree::{Program, Target};
 use std::fmt;
+
+/// The largest cost of one candidate, in seconds (10^4 s, close to three hours per call).
+///
+/// Costs above it are not costs of a kernel anyone would run; they come from broken measurers
+/// or hand-edited files. Bounding them keeps the search's sums exact to a fine unit
+/// (`docs/partition.md`, "Exact sums"): with one cost of 1e300 and the others of microseconds,
+/// no common unit can hold both.
+pub const MAX_SECONDS: f64 = 1e4;
+
+/// `x` if it is a usable cost: finite, non-negative and at most [`MAX_SECONDS`]; otherwise why
+/// not, as the end of a sentence (`is above the ceiling of 10000 s`).
+pub fn check_seconds(x: f64) -> Result<f64, String> {
+    if x.is_nan() {
+        Err("is not a number".into())
+    } else if x < 0.0 {
+        Err("is negative".into())
+    } else if x > MAX_SECONDS {
+        Err(format!("is above the ceiling of {MAX_SECONDS} s per call"))
+    } else {
+        Ok(x)
+    }
+}
 
 /// A cost in seconds, or one of the special values.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -29,9 +29,16 @@ impl Table {
         for (fp, c) in entries {
             let cost = match c {
                 serde_json::Value::String(s) if s == "invalid" => Cost::INVALID,
-                _ => match c.as_f64() {
-                    Some(x) if x.is_finite() && x >= 0.0 => Cost::value(x),
-                    _ => {
+                _ => match c.as_f64().map(super::check_seconds) {
+                    Some(Ok(x)) => Cost::value(x),
+                    Some(Err(why)) => {
+                        return Err(SpecError(format!(
+                            "the cost of `{fp}` ({c}) {why}; a cost is seconds from 0 to {} \
+                             or \"invalid\"",
+                            super::MAX_SECONDS
+                        )))
+                    }
+                    None => {
                         return Err(SpecError(format!(
                             "the cost of `{fp}` must be non-negative seconds or \"invalid\""
                         )))

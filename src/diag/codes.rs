@@ -3,7 +3,7 @@
 //!
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
 //! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx`
-//! files and I/O, `E10xx`-`E18xx` the rules language, `E21xx` partitioning, `E22xx` the
+//! files and I/O (`E095x`-`E097x`: command-line flags and their limits), `E10xx`-`E18xx` the rules language, `E21xx` partitioning, `E22xx` the
 //! bounds of candidate enumeration, `E23xx` execution, `E24xx` measurement. A `W` code is a
 //! warning numbered in the same ranges.
 
@@ -129,6 +129,22 @@ codes! {
     /// A module without `def @main`, given to a command that works on `@main`.
     E0904 = "E0904", "no @main function";
 
+    /// `--repeat` or `--warmup` outside its range.
+    E0950 = "E0950", "run count out of range";
+    /// `--threads` outside its range.
+    E0951 = "E0951", "thread count out of range";
+    /// `--rtol` or `--atol` that is not a non-negative number.
+    E0952 = "E0952", "invalid tolerance";
+    /// A time flag (`--cost-timeout`, `--compile-timeout`, `--measure-budget`, `--run-budget`)
+    /// that is not a positive number of seconds.
+    E0953 = "E0953", "invalid time limit";
+    /// `generate --layers` or `--seq` outside its range.
+    E0954 = "E0954", "generated model size out of range";
+    /// A `--max-memory` value that is not a size.
+    E0955 = "E0955", "invalid memory limit";
+    /// A `--target` that names no target of the rules.
+    E0956 = "E0956", "unknown target";
+
     /// A `.rules` text that does not fit the grammar.
     E1001 = "E1001", "syntax error in rules";
     /// A malformed literal in a `.rules` file (bad escape, number out of range).
@@ -240,6 +256,11 @@ codes! {
     E2309 = "E2309", "malformed input specification";
     /// A backend could not run a unit; another backend runs it (a warning).
     W2310 = "W2310", "backend fell back";
+
+    /// The model's constants, inputs and intermediate peak do not fit the memory limit.
+    E2330 = "E2330", "not enough memory for the model";
+    /// An output with NaN or infinite values (a warning).
+    W2331 = "W2331", "non-finite output values";
 
     /// The measurement cache cannot be opened or created (or there is no cache directory).
     E2401 = "E2401", "cannot use the measurement cache";

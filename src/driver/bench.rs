@@ -65,6 +65,8 @@ pub struct Request {
     pub atol: Option<f64>,
     /// Show progress on stderr even when it is not a terminal.
     pub progress: bool,
+    /// `--max-memory`: the memory limit (default: what the machine has available).
+    pub max_memory: Option<String>,
 }
 
 /// Default tolerances of a whole model against the reference interpreter: `float32` 1e-3 (the
@@ -181,11 +183,6 @@ pub fn bench_command(req: &Request) -> Outcome {
     }
 }
 
-fn usage(msg: String) -> Outcome {
-    eprintln!("error: {msg}");
-    Outcome::Usage
-}
-
 /// The default targets: the host and every target that can run on this machine.
 fn runnable_targets(program: &Program, setup: &Setup) -> Vec<String> {
     program
@@ -199,20 +196,8 @@ fn runnable_targets(program: &Program, setup: &Setup) -> Vec<String> {
 fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     let start = Instant::now();
     req.measure.check()?;
-    if let Some(b) = req.run_budget {
-        if !(b.is_finite() && b > 0.0) {
-            return Err(usage(
-                "`--run-budget` must be a positive number of seconds".into(),
-            ));
-        }
-    }
-    for (flag, v) in [("--rtol", req.rtol), ("--atol", req.atol)] {
-        if let Some(v) = v {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(usage(format!("`{flag}` must be a non-negative number")));
-            }
-        }
-    }
+    super::run::check_seconds_flag("--run-budget", req.run_budget)?;
+    super::run::check_tolerances(req.rtol, req.atol)?;
     let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
     if let Some(plot) = &req.plot {
         outputs.push(("--plot", plot));
@@ -257,7 +242,10 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         measure: measurer.clone(),
     };
     let estimator = cost::from_spec(&req.costs, &opts).map_err(|e| {
-        eprintln!("error[{}]: invalid `--costs`: {e}", diag::E2104.id);
+        diag::emit_alone(diag::Diagnostic::error(
+            diag::E2104,
+            format!("invalid `--costs`: {e}"),
+        ));
         Outcome::Usage
     })?;
     super::partition::warn_unpriced(&program, &estimator, &sources);
@@ -271,6 +259,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     };
     let (m, devices) = super::partition::load_planned(&mut sources, &req.model)?;
     let main = m.main().ok_or(Outcome::Internal)?;
+    super::run::check_memory(&[&m], req.max_memory.as_deref())?;
     let g = DataflowGraph::new(&m, main);
     let popts = partition::Options {
         limits: req.limits,

@@ -52,11 +52,10 @@ pub fn candidates_command(
     for t in targets {
         if program.target(t).is_none() {
             let known: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
-            eprintln!(
-                "error: no target named `{t}`; targets: {}",
-                known.join(", ")
+            return super::usage_error(
+                crate::diag::E0956,
+                format!("no target named `{t}`; targets: {}", known.join(", ")),
             );
-            return Outcome::Usage;
         }
     }
     let m = match load_model(&mut sources, model) {

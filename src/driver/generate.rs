@@ -35,12 +35,16 @@ pub fn generate_command(what: Generated, output: Option<&Path>) -> Outcome {
         Generated::Bert { layers, seq } => (layers, seq),
     };
     if layers == 0 || layers > MAX_GENERATED_LAYERS {
-        eprintln!("error: --layers must be between 1 and {MAX_GENERATED_LAYERS}, found {layers}");
-        return Outcome::Usage;
+        return super::usage_error(
+            crate::diag::E0954,
+            format!("`--layers` must be between 1 and {MAX_GENERATED_LAYERS}, found {layers}"),
+        );
     }
     if seq == 0 || seq > MAX_GENERATED_SEQ {
-        eprintln!("error: --seq must be between 1 and {MAX_GENERATED_SEQ}, found {seq}");
-        return Outcome::Usage;
+        return super::usage_error(
+            crate::diag::E0954,
+            format!("`--seq` must be between 1 and {MAX_GENERATED_SEQ}, found {seq}"),
+        );
     }
     let text = match what {
         Generated::Gpt2 { layers } => crate::gen::gpt2(layers),

@@ -38,17 +38,8 @@ impl MeasureArgs {
 
     /// Refuses nonsensical values (a usage error).
     pub fn check(&self) -> Result<(), Outcome> {
-        if self.threads == Some(0) {
-            eprintln!("error: `--threads` must be at least 1");
-            return Err(Outcome::Usage);
-        }
-        if let Some(b) = self.budget {
-            if !(b.is_finite() && b > 0.0) {
-                eprintln!("error: `--measure-budget` must be a positive number of seconds");
-                return Err(Outcome::Usage);
-            }
-        }
-        Ok(())
+        super::run::check_threads(self.threads)?;
+        super::run::check_seconds_flag("--measure-budget", self.budget)
     }
 
     /// The cache directory in use (given or from the environment).

@@ -33,6 +33,13 @@ impl Outcome {
     }
 }
 
+/// Reports an error that points at no source (a flag, a file as a whole, the machine) as a
+/// diagnostic, with user text escaped as in every diagnostic; usage errors exit with code 2.
+pub fn usage_error(code: diag::Code, msg: impl Into<String>) -> Outcome {
+    diag::emit_alone(Diagnostic::error(code, msg));
+    Outcome::Usage
+}
+
 /// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an
 /// error worth a message: the rest of the output is dropped. Any other failed write (a full
 /// disk, `/dev/full`) is E0902 and exit code 2, so a truncated output never passes for success.
@@ -70,12 +77,10 @@ pub fn written(result: Result<(), Outcome>) -> Outcome {
 /// reports why it cannot.
 pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
     output::write_file(path, text.as_bytes()).map_err(|e| {
-        eprintln!(
-            "error[{}]: cannot write `{}`: {e}",
-            crate::diag::E0902.id,
-            path.display()
-        );
-        Outcome::Usage
+        usage_error(
+            crate::diag::E0902,
+            format!("cannot write `{}`: {e}", path.display()),
+        )
     })
 }
 
@@ -89,10 +94,10 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source
             diag::emit_stderr(&d.into(), sources);
             Err(Outcome::InputErrors)
         }
-        Err(e) => {
-            eprintln!("error[{}]: cannot read `{}`: {e}", E0901.id, path.display());
-            Err(Outcome::Usage)
-        }
+        Err(e) => Err(usage_error(
+            E0901,
+            format!("cannot read `{}`: {e}", path.display()),
+        )),
     }
 }
 
@@ -131,19 +136,18 @@ pub fn main_of(m: &Module, path: &Path) -> Result<crate::ir::FuncId, Outcome> {
         .iter()
         .map(|(g, _)| format!("`@{}`", m.globals[g.index()].name))
         .collect();
-    eprintln!(
-        "error[{}]: `{}` has no `@main` function",
-        crate::diag::E0904.id,
-        path.display()
+    let d = Diagnostic::error(
+        crate::diag::E0904,
+        format!("`{}` has no `@main` function", path.display()),
     );
-    if defined.is_empty() {
-        eprintln!("  = note: the module defines no functions");
+    diag::emit_alone(if defined.is_empty() {
+        d.with_note("the module defines no functions")
     } else {
-        eprintln!(
-            "  = note: it defines {}; collage works on `@main`: name the entry function `@main`",
+        d.with_note(format!(
+            "it defines {}; collage works on `@main`: name the entry function `@main`",
             defined.join(", ")
-        );
-    }
+        ))
+    });
     Err(Outcome::InputErrors)
 }
 
@@ -231,12 +235,10 @@ pub fn rules_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBu
     for p in paths {
         if p.is_dir() {
             let entries = std::fs::read_dir(p).map_err(|e| {
-                eprintln!(
-                    "error[{}]: cannot read directory `{}`: {e}",
-                    E0901.id,
-                    p.display()
-                );
-                Outcome::Usage
+                usage_error(
+                    E0901,
+                    format!("cannot read directory `{}`: {e}", p.display()),
+                )
             })?;
             let mut files: Vec<std::path::PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -247,12 +249,10 @@ pub fn rules_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBu
         } else if p.is_file() {
             out.push(p.clone());
         } else {
-            eprintln!(
-                "error[{}]: cannot read `{}`: no such file or directory",
-                E0901.id,
-                p.display()
-            );
-            return Err(Outcome::Usage);
+            return Err(usage_error(
+                E0901,
+                format!("cannot read `{}`: no such file or directory", p.display()),
+            ));
         }
     }
     Ok(out)

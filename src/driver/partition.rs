@@ -112,10 +112,7 @@ pub fn partition_command(req: &Request) -> Outcome {
     };
     let estimator = match cost::from_spec(&req.costs, &opts) {
         Ok(e) => e,
-        Err(e) => {
-            eprintln!("error[{}]: invalid `--costs`: {e}", diag::E2104.id);
-            return Outcome::Usage;
-        }
+        Err(e) => return super::usage_error(diag::E2104, format!("invalid `--costs`: {e}")),
     };
     warn_unpriced(&program, &estimator, &sources);
     let (m, devices) = match load_planned(&mut sources, &req.model) {
@@ -193,11 +190,10 @@ pub fn partition_command(req: &Request) -> Outcome {
             Some(e) => explained.push(e),
             None => {
                 bar.finish();
-                eprintln!(
-                    "error[{}]: `--explain {b}`: no node of @main is bound to `{b}`",
-                    diag::E2105.id
+                return super::usage_error(
+                    diag::E2105,
+                    format!("`--explain {b}`: no node of @main is bound to `{b}`"),
                 );
-                return Outcome::Usage;
             }
         }
     }
@@ -371,11 +367,10 @@ pub(crate) fn select_targets(program: Program, names: &[String]) -> Result<Progr
     for n in names {
         if program.target(n).is_none() {
             let known: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
-            eprintln!(
-                "error: no target named `{n}`; targets: {}",
-                known.join(", ")
-            );
-            return Err(Outcome::Usage);
+            return Err(super::usage_error(
+                diag::E0956,
+                format!("no target named `{n}`; targets: {}", known.join(", ")),
+            ));
         }
     }
     let keep: Vec<bool> = program

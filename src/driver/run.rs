@@ -62,6 +62,8 @@ pub struct Request {
     pub compile_timeout: Option<f64>,
     /// Also run the model on the reference interpreter and compare the outputs.
     pub check_reference: bool,
+    /// `--max-memory`: the memory limit (default: what the machine has available).
+    pub max_memory: Option<String>,
 }
 
 /// Default tolerances of generated code against the reference interpreter (`--check-reference`):
@@ -90,13 +92,92 @@ pub enum BackendChoice {
 }
 
 fn usage(code: diag::Code, msg: String) -> Outcome {
-    eprintln!("error[{}]: {msg}", code.id);
-    Outcome::Usage
+    super::usage_error(code, msg)
+}
+
+fn not_comparable(msg: String) -> Outcome {
+    diag::emit_alone(diag::Diagnostic::error(diag::E2307, msg));
+    Outcome::InputErrors
 }
 
 fn input_error(msg: String) -> Outcome {
-    eprintln!("error[{}]: {msg}", diag::E2304.id);
+    diag::emit_alone(diag::Diagnostic::error(diag::E2304, msg));
     Outcome::InputErrors
+}
+
+/// The most timed runs (`--repeat`) and untimed ones (`--warmup`).
+pub const MAX_REPEAT: usize = 1_000_000;
+
+/// Refuses, before anything is allocated, models that together need more memory than
+/// `--max-memory` (`max`) or, without it, than this process can get (E2330); a `max` that is
+/// not a size is E0955.
+pub fn check_memory(models: &[&Module], max: Option<&str>) -> Result<(), Outcome> {
+    use crate::exec::memory;
+    let limit = match max {
+        Some(text) => memory::Limit {
+            bytes: memory::parse_size(text).map_err(|e| usage(diag::E0955, e))?,
+            source: format!("--max-memory {text}"),
+        },
+        None => match memory::available() {
+            Some(l) => l,
+            None => return Ok(()),
+        },
+    };
+    let mut need = memory::Need::default();
+    for m in models {
+        let Some(main) = m.main() else { continue };
+        let n = memory::need(m, main);
+        need.constants = need.constants.saturating_add(n.constants);
+        need.inputs = need.inputs.saturating_add(n.inputs);
+        need.peak = need.peak.saturating_add(n.peak);
+    }
+    memory::check(&need, &limit).map_err(|e| {
+        diag::emit_alone(
+            diag::Diagnostic::error(diag::E2330, e)
+                .with_note("`--max-memory SIZE` sets the limit (e.g. `--max-memory 8G`)"),
+        );
+        Outcome::Usage
+    })
+}
+
+/// Refuses a thread count outside `1..=MAX_THREADS` (E0951).
+pub fn check_threads(threads: Option<usize>) -> Result<(), Outcome> {
+    match threads {
+        Some(t) if t == 0 || t > executor::MAX_THREADS => Err(usage(
+            diag::E0951,
+            format!(
+                "`--threads` must be between 1 and {}, found {t}",
+                executor::MAX_THREADS
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a tolerance that is not a non-negative number (E0952).
+pub fn check_tolerances(rtol: Option<f64>, atol: Option<f64>) -> Result<(), Outcome> {
+    for (flag, v) in [("--rtol", rtol), ("--atol", atol)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(usage(
+                    diag::E0952,
+                    format!("`{flag}` must be a non-negative number, found {v}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a time flag that is not a positive, finite number of seconds (E0953).
+pub fn check_seconds_flag(flag: &str, v: Option<f64>) -> Result<(), Outcome> {
+    match v {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(usage(
+            diag::E0953,
+            format!("`{flag}` must be a positive number of seconds, found {v}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Parses `NAME=FILE` specifications.
@@ -223,22 +304,27 @@ pub fn run_command(req: &Request) -> Outcome {
 }
 
 fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
-    if req.repeat == 0 {
-        eprintln!("error: `--repeat` must be at least 1");
-        return Err(Outcome::Usage);
+    if req.repeat == 0 || req.repeat > MAX_REPEAT {
+        return Err(usage(
+            diag::E0950,
+            format!(
+                "`--repeat` must be between 1 and {MAX_REPEAT}, found {}",
+                req.repeat
+            ),
+        ));
     }
-    if req.threads == Some(0) {
-        eprintln!("error: `--threads` must be at least 1");
-        return Err(Outcome::Usage);
+    if req.warmup > MAX_REPEAT {
+        return Err(usage(
+            diag::E0950,
+            format!(
+                "`--warmup` must be at most {MAX_REPEAT}, found {}",
+                req.warmup
+            ),
+        ));
     }
-    for (flag, v) in [("--rtol", req.rtol), ("--atol", req.atol)] {
-        if let Some(v) = v {
-            if !(v.is_finite() && v >= 0.0) {
-                eprintln!("error: `{flag}` must be a non-negative number");
-                return Err(Outcome::Usage);
-            }
-        }
-    }
+    check_threads(req.threads)?;
+    check_tolerances(req.rtol, req.atol)?;
+    check_seconds_flag("--compile-timeout", req.compile_timeout)?;
     let given = parse_inputs(&req.inputs)?;
     let threads = req.threads.unwrap_or_else(executor::default_threads);
 
@@ -251,13 +337,12 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         main_of(&other, p)?;
         others.push((p.clone(), other));
     }
+    let mut all: Vec<&Module> = vec![&m];
+    all.extend(others.iter().map(|(_, o)| o));
+    check_memory(&all, req.max_memory.as_deref())?;
 
     let timeout = match req.compile_timeout {
-        Some(t) if t.is_finite() && t > 0.0 => std::time::Duration::from_secs_f64(t.min(1e6)),
-        Some(_) => {
-            eprintln!("error: `--compile-timeout` must be a positive number of seconds");
-            return Err(Outcome::Usage);
-        }
+        Some(t) => std::time::Duration::from_secs_f64(t.min(1e6)),
         None => compile::DEFAULT_TIMEOUT,
     };
     let native = (req.backend == BackendChoice::Auto).then(|| {
@@ -359,7 +444,8 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         let (v, _) = run_once(&x, &inputs, &sources)?;
         x.recycle(v);
     }
-    let mut times = Vec::with_capacity(req.repeat);
+    // Grown as the runs come: nothing is reserved for a large `--repeat` up front.
+    let mut times = Vec::new();
     let mut result: Option<Value> = None;
     let mut peak = 0u64;
     for _ in 0..req.repeat {
@@ -394,28 +480,24 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            eprintln!(
-                "error[{}]: `{}` takes ({}) but `{}` takes ({})",
-                diag::E2307.id,
+            return Err(not_comparable(format!(
+                "`{}` takes ({}) but `{}` takes ({})",
                 path.display(),
                 show(&y),
                 req.model.display(),
                 show(&x)
-            );
-            return Err(Outcome::InputErrors);
+            )));
         }
         let (v, _) = run_once(&y, &inputs, &sources)?;
         let theirs: Vec<&Arc<Tensor>> = v.flatten();
         if theirs.len() != outputs.len() {
-            eprintln!(
-                "error[{}]: `{}` has {} outputs but `{}` has {}",
-                diag::E2307.id,
+            return Err(not_comparable(format!(
+                "`{}` has {} outputs but `{}` has {}",
                 path.display(),
                 theirs.len(),
                 req.model.display(),
                 outputs.len()
-            );
-            return Err(Outcome::InputErrors);
+            )));
         }
         let mut diffs = Vec::new();
         for (i, (a, b)) in outputs.iter().zip(&theirs).enumerate() {
@@ -428,12 +510,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
             match compare::compare(b, a, rtol, atol) {
                 Ok(d) => diffs.push((d, rtol, atol)),
                 Err(e) => {
-                    eprintln!(
-                        "error[{}]: output{i} of `{}` cannot be compared: {e}",
-                        diag::E2307.id,
+                    return Err(not_comparable(format!(
+                        "output{i} of `{}` cannot be compared: {e}",
                         path.display()
-                    );
-                    return Err(Outcome::InputErrors);
+                    )));
                 }
             }
         }
@@ -470,10 +550,10 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
 
     for (i, s) in summaries.iter().enumerate() {
         if s.non_finite > 0 {
-            eprintln!(
-                "warning: output{i} has {} NaN or infinite value(s)",
-                s.non_finite
-            );
+            diag::emit_alone(diag::Diagnostic::warning(
+                diag::W2331,
+                format!("output{i} has {} NaN or infinite value(s)", s.non_finite),
+            ));
         }
     }
 

@@ -52,9 +52,14 @@ impl Default for Options {
     }
 }
 
-/// All cores of the machine.
+/// The most threads a pool may have (`--threads`): each is started, so the count is bounded.
+pub const MAX_THREADS: usize = 256;
+
+/// All cores of the machine (at most [`MAX_THREADS`]).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_THREADS)
 }
 
 /// A parameter of `@main`.

@@ -17,6 +17,7 @@
 pub mod compare;
 pub mod data;
 pub mod executor;
+pub mod memory;
 pub mod npy;
 pub mod ops;
 pub mod program;

@@ -359,7 +359,8 @@ impl Db {
             row.and_then(|(status, seconds, spread, repeats, number, reason)| {
                 match status.as_str() {
                     "timed" => {
-                        let seconds = seconds.filter(|s| s.is_finite() && *s >= 0.0)?;
+                        // Outside the range of costs: measured again.
+                        let seconds = seconds.filter(|&s| crate::cost::check_seconds(s).is_ok())?;
                         Some(Entry::Timed {
                             seconds,
                             spread: spread.filter(|s| s.is_finite()).unwrap_or(0.0),
@@ -552,6 +553,26 @@ mod tests {
         assert!(s.bytes > 0);
         assert_eq!(db.clear().unwrap(), 2);
         assert_eq!(db.get(&key("a")).unwrap(), None);
+    }
+
+    /// A cached time outside the range of costs (negative, NaN, above the ceiling) is no
+    /// result: the candidate is measured again.
+    #[test]
+    fn times_outside_the_range_of_costs_are_measured_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = Db::open(&dir.path().join(FILE_NAME)).unwrap();
+        for (k, x) in [1e30, f32::MAX as f64, 1e300, -1.0, f64::NAN]
+            .into_iter()
+            .enumerate()
+        {
+            let key = key(&format!("bad{k}"));
+            db.put(&key, &timed(x), "nn.relu").unwrap();
+            assert_eq!(db.get(&key).unwrap(), None, "{x}");
+        }
+        let key = key("ceiling");
+        db.put(&key, &timed(crate::cost::MAX_SECONDS), "nn.relu")
+            .unwrap();
+        assert_eq!(db.get(&key).unwrap(), Some(timed(crate::cost::MAX_SECONDS)));
     }
 
     #[test]

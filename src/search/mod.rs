@@ -14,7 +14,10 @@
 //! * costs are added exactly, as integers ([`units`]), so the total of a cover does not depend
 //!   on the order of its candidates, and a search among fewer candidates (a baseline) can never
 //!   come out below the full search by a rounding;
-//! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's Q9);
+//! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's Q9), nor candidates
+//!   dearer than [`crate::cost::MAX_SECONDS`], which the estimators never give;
+//! * costs are rounded up to the search's unit, so a total is never below any of its parts and
+//!   exceeds their exact sum by less than one unit per candidate ([`units`]);
 //! * ties are broken deterministically: by cost, then by the order in which states were first
 //!   reached, and a state's best path changes only on a strictly cheaper one, so among equal
 //!   candidates the one earlier in the candidate list wins;
@@ -50,7 +53,8 @@ impl Default for Options {
 pub struct Item {
     /// Covered nodes, increasing.
     pub nodes: Vec<usize>,
-    /// Its cost (non-finite costs are never taken).
+    /// Its cost (costs that are not finite, negative or above [`crate::cost::MAX_SECONDS`] are
+    /// never taken).
     pub cost: f64,
 }
 
@@ -186,7 +190,8 @@ pub fn search_among(
     compat: &dyn Compatible,
     opts: Options,
 ) -> Result<Solution, SearchError> {
-    let usable_item = |it: &Item| it.cost.is_finite() && it.cost >= 0.0 && !it.nodes.is_empty();
+    let usable_item =
+        |it: &Item| crate::cost::check_seconds(it.cost).is_ok() && !it.nodes.is_empty();
     let allowed: Vec<bool> = (0..items.len()).map(allowed).collect();
     let usable = |k: usize| allowed[k] && usable_item(&items[k]);
     let max_cost = (0..items.len())
@@ -448,6 +453,30 @@ mod tests {
             assert_eq!(s.total, 3.25);
             assert_eq!(search(4, &items, opts).unwrap().total, 2.0);
         }
+    }
+
+    /// One cost far above the others (a broken measurement) used to set the unit of the whole
+    /// search: 1e300 made every microsecond cost zero, the total 0 and the plan a tie-break.
+    #[test]
+    fn a_huge_cost_neither_hides_the_others_nor_is_taken() {
+        for huge in [1e30, f32::MAX as f64, 1e300, f64::MAX] {
+            let items = vec![
+                item(&[0, 1], huge),
+                item(&[0], 2e-6),
+                item(&[1], 3e-6),
+                item(&[0], 1e-6),
+            ];
+            for lb in [false, true] {
+                let s = search(2, &items, Options { lower_bound: lb }).unwrap();
+                assert_eq!(s.chosen, vec![3, 2], "{huge}");
+                assert!(s.total >= 3e-6, "{huge}: {}", s.total);
+                assert!((s.total - 4e-6).abs() < 1e-18, "{huge}: {}", s.total);
+            }
+        }
+        // Within the ceiling the dear candidate is an ordinary one.
+        let items = vec![item(&[0], crate::cost::MAX_SECONDS), item(&[1], 1e-9)];
+        let s = search(2, &items, Options::default()).unwrap();
+        assert!(s.total > crate::cost::MAX_SECONDS, "{}", s.total);
     }
 
     #[test]

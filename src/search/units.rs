@@ -8,6 +8,16 @@
 //! cover's costs plus its bound can overflow. Sums of units are exact and order-independent;
 //! a total goes back to seconds with one rounding, which is monotone, so a cheaper or equal
 //! cover in units is never a dearer one in seconds.
+//!
+//! A cost is rounded *up* to whole units: a cost with bits below the unit is never worth less
+//! than it is, and a positive cost is never worth nothing. So a total is never below the exact
+//! sum of its costs, and never below any one of them. The unit follows the largest cost, so the
+//! search only takes costs up to [`crate::cost::MAX_SECONDS`] (10^4 s < 2^14 s): for a graph of
+//! `n` nodes the unit is then at most `2^(b - 113)` seconds, `b` being the bit length of `2n`
+//! (2^-91 s up to a million nodes), and a total is above the exact sum by less than one unit
+//! per chosen candidate before its final rounding to the nearest `f64`. Without the bound one
+//! cost of 1e300 made the unit 2^878 s and every microsecond cost zero units: totals of 0 and
+//! plans chosen by tie-breaking.
 
 /// The unit of one search: `2^scale` seconds.
 #[derive(Clone, Copy, Debug)]
@@ -45,8 +55,8 @@ impl Units {
         }
     }
 
-    /// `x` (finite, non-negative, at most the `max` of [`Units::new`]) in units, rounded to
-    /// the nearest (halves up); exact unless `x` has bits below the unit.
+    /// `x` (finite, non-negative, at most the `max` of [`Units::new`]) in units, rounded up;
+    /// exact unless `x` has bits below the unit.
     pub(super) fn of(self, x: f64) -> u128 {
         let (m, e) = split(x);
         let shift = e - self.scale;
@@ -55,11 +65,13 @@ impl Units {
             (m as u128).checked_shl(shift as u32).unwrap_or(u128::MAX)
         } else {
             let s = -shift;
-            if s > 64 {
+            if m == 0 {
                 0
+            } else if s > 64 {
+                1
             } else {
                 let m = m as u128;
-                (m + (1u128 << (s - 1))) >> s
+                (m + (1u128 << s) - 1) >> s
             }
         }
     }
@@ -118,7 +130,7 @@ mod tests {
         let u = Units::new(f64::MAX, 1 << 20);
         assert_eq!(u.seconds(u.of(f64::MAX)), f64::MAX);
         assert_eq!(u.seconds(u.of(f64::MAX) * 4), f64::MAX, "saturates");
-        assert_eq!(u.of(1e-300), 0, "far below the unit");
+        assert_eq!(u.of(1e-300), 1, "far below the unit, yet not nothing");
         let tiny = Units::new(f64::from_bits(1), 3);
         assert_eq!(tiny.seconds(tiny.of(f64::from_bits(1))), f64::from_bits(1));
         assert_eq!(
@@ -128,6 +140,26 @@ mod tests {
         let zero = Units::new(0.0, 5);
         assert_eq!(zero.of(0.0), 0);
         assert_eq!(zero.seconds(0), 0.0);
+    }
+
+    /// A sum is never below any of its parts, however far apart their magnitudes.
+    #[test]
+    fn totals_are_never_below_their_parts() {
+        for max in [1e4, 1.0, 1e-6, f64::MAX] {
+            let costs = [max, 3e-7, 1e-12, 5e-300, f64::from_bits(1), 0.0];
+            let u = Units::new(max, 1 << 20);
+            let total = u.seconds(costs.iter().map(|&c| u.of(c)).sum());
+            for c in costs.iter().filter(|&&c| c <= max) {
+                assert!(total >= *c, "{total} < {c} (max {max})");
+                assert!(u.seconds(u.of(*c)) >= *c, "{c} (max {max})");
+            }
+        }
+        // Within the ceiling the unit is fine enough for nanoseconds on huge graphs.
+        let u = Units::new(crate::cost::MAX_SECONDS, 1 << 20);
+        let parts = [1e4, 1e-9, 3e-9];
+        let total = u.seconds(parts.iter().map(|&c| u.of(c)).sum());
+        assert!(total > 1e4 && total - 1e4 <= 4.1e-9, "{total}");
+        assert!(u.seconds(1) <= f64::powi(2.0, -91));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
+mod cache_safety;
 mod cli;
 mod cpu_backends;
 mod cpu_costs;

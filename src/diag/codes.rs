@@ -274,6 +274,13 @@ codes! {
     E2405 = "E2405", "cannot clear the cache";
     /// `--raise-priority` could not raise the scheduling weight (a warning).
     W2406 = "W2406", "cannot raise the priority";
+    /// The cache directory is not the user's own or others can write to it: refused.
+    E2410 = "E2410", "cache directory refused";
+    /// The cache directory cannot be used; a temporary one replaces it (a warning).
+    W2411 = "W2411", "cache directory unusable";
+    /// `collage cache clear` left files collage did not write, or that a running collage
+    /// uses (a warning).
+    W2412 = "W2412", "cache clear left files";
 }
 
 #[cfg(test)]

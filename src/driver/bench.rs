@@ -214,6 +214,12 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     };
     check_outputs(&[])?;
     let threads = req.measure.thread_count();
+    // The cache directory, checked once: refused (E2410) or replaced (W2411).
+    let place = measuring::cache_place(req.measure.cache_dir.as_deref())?;
+    let margs = measuring::MeasureArgs {
+        cache_dir: place.dir().map(std::path::Path::to_path_buf),
+        ..req.measure.clone()
+    };
     measuring::quiet_openmp();
     let _priority = measuring::raise_priority(&req.measure);
     let bar = Bar::new(false, req.progress);
@@ -223,7 +229,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     check_outputs(&rules_read)?;
     // The targets: as asked, or those that can run here.
     let names = if req.targets.is_empty() {
-        let probe = Setup::new(&program.targets, threads, req.measure.resolved_dir());
+        let probe = Setup::new(&program.targets, threads, margs.resolved_dir());
         runnable_targets(&program, &probe)
     } else {
         req.targets.clone()
@@ -236,7 +242,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         );
         return Err(Outcome::InputErrors);
     }
-    let measurer = measuring::open(&req.measure, &req.costs, &program.targets)?;
+    let measurer = measuring::open(&margs, &req.costs, &program.targets)?;
     let opts = cost::SpecOptions {
         cmd_timeout: req.cmd_timeout,
         measure: measurer.clone(),
@@ -253,7 +259,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     let setup: &Setup = match &measurer {
         Some(m) => m.setup(),
         None => {
-            own_setup = Setup::new(&program.targets, threads, req.measure.resolved_dir());
+            own_setup = Setup::new(&program.targets, threads, margs.resolved_dir());
             &own_setup
         }
     };

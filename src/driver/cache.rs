@@ -31,21 +31,26 @@ fn mib(b: u64) -> String {
     }
 }
 
+/// W2402 when opening rebuilt the database.
+fn warn_rebuilt(path: &Path, opened: Opened) {
+    if let Opened::Rebuilt { moved_to, why } = opened {
+        eprintln!(
+            "warning[{}]: the measurement cache `{}` could not be used ({why}) and has been rebuilt empty{}",
+            diag::W2402.id,
+            path.display(),
+            moved_to.map_or(String::new(), |p| format!("; the old file is kept as `{}`", p.display()))
+        );
+    }
+}
+
 /// Opens an existing database (rebuilding a damaged one, with W2402); `None` when there is none.
 fn open_existing(path: &Path) -> Result<Option<Db>, Outcome> {
-    if !path.exists() {
+    if std::fs::symlink_metadata(path).is_err() {
         return Ok(None);
     }
     match Db::open(path) {
         Ok((d, opened)) => {
-            if let Opened::Rebuilt { moved_to, why } = opened {
-                eprintln!(
-                    "warning[{}]: the measurement cache `{}` was damaged ({why}) and has been rebuilt empty{}",
-                    diag::W2402.id,
-                    path.display(),
-                    moved_to.map_or(String::new(), |p| format!("; the old file is kept as `{}`", p.display()))
-                );
-            }
+            warn_rebuilt(path, opened);
             Ok(Some(d))
         }
         Err(e) => {
@@ -99,6 +104,8 @@ fn stats_inner(req: &Request) -> Result<Outcome, Outcome> {
             "kernels": kernels.as_ref().map(|k| serde_json::json!({
                 "entries": k.entries,
                 "libraries": k.libraries,
+                "damaged": k.damaged,
+                "unverified": k.unverified,
                 "bytes": k.bytes,
             })),
         });
@@ -142,10 +149,12 @@ fn stats_inner(req: &Request) -> Result<Outcome, Outcome> {
             (Some(d), Some(k)) => {
                 let _ = writeln!(
                     s,
-                    "kernels          {}: {} kernels in {} libraries, {}",
+                    "kernels          {}: {} kernels in {} libraries ({} damaged, {} unverified), {}",
                     dir::kernels(d).display(),
                     k.entries,
                     k.libraries,
+                    k.damaged,
+                    k.unverified,
                     mib(k.bytes)
                 );
             }
@@ -174,11 +183,17 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
             eprintln!("error[{}]: {e}", diag::E2401.id);
             Outcome::Usage
         })?;
-        let cleared = if !database.exists() {
+        let cleared = if std::fs::symlink_metadata(&database).is_err() {
             Ok(0)
+        } else if let Err(e) = db::check_file(&database) {
+            // Not a file collage could have written: left alone.
+            Err(e.to_string())
         } else {
             match Db::open(&database) {
-                Ok((d, _)) => d.clear().map_err(|e| e.to_string()),
+                Ok((d, opened)) => {
+                    warn_rebuilt(&database, opened);
+                    d.clear().map_err(|e| e.to_string())
+                }
                 // Unusable: the files go.
                 Err(e) => remove_database(&database)
                     .map(|()| 0)
@@ -202,24 +217,52 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
     }
     if !req.measurements_only {
         match &root {
-            Some(d) => match dir::clear_kernels(d) {
-                Ok(k) => lines.push(format!(
-                    "cleared {} kernel(s) in {} librar{} ({}) from `{}`",
-                    k.entries,
-                    k.libraries,
-                    if k.libraries == 1 { "y" } else { "ies" },
-                    mib(k.bytes),
-                    dir::kernels(d).display()
-                )),
-                Err(e) => {
+            Some(d) => {
+                let k = dir::kernels(d);
+                if let Err(e) = crate::backend::native::cache::check_existing(d) {
                     eprintln!(
-                        "error[{}]: cannot clear `{}`: {e}",
-                        diag::E2405.id,
-                        dir::kernels(d).display()
+                        "error[{}]: the cache directory `{}` is refused: {e}",
+                        diag::E2410.id,
+                        d.display()
                     );
                     return Err(Outcome::Usage);
                 }
-            },
+                match dir::clear_kernels(d) {
+                    Ok(c) => {
+                        lines.push(format!(
+                            "cleared {} kernel(s) in {} librar{} ({}) from `{}`",
+                            c.entries,
+                            c.libraries,
+                            if c.libraries == 1 { "y" } else { "ies" },
+                            mib(c.bytes),
+                            k.display()
+                        ));
+                        if !c.left.is_empty() {
+                            eprintln!(
+                                "warning[{}]: left {} item(s) in `{}` that collage did not write or that a running collage uses:",
+                                diag::W2412.id,
+                                c.left.len(),
+                                k.display()
+                            );
+                            for (p, why) in c.left.iter().take(10) {
+                                let shown = p.strip_prefix(&k).unwrap_or(p);
+                                eprintln!("  {} ({why})", shown.display());
+                            }
+                            if c.left.len() > 10 {
+                                eprintln!("  ... and {} more", c.left.len() - 10);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "error[{}]: cannot clear `{}`: {e}",
+                            diag::E2405.id,
+                            k.display()
+                        );
+                        return Err(Outcome::Usage);
+                    }
+                }
+            }
             None if req.kernels_only => {
                 eprintln!(
                     "error[{}]: no cache directory: give `--cache-dir DIR` or set `COLLAGE_CACHE_DIR` or `HOME`",

@@ -6,7 +6,7 @@ use super::Outcome;
 use crate::diag;
 use crate::measure::{self, db::Opened, dir, Measure};
 use crate::ruletree::Target;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Where and how `measure` measures.
@@ -48,6 +48,41 @@ impl MeasureArgs {
     }
 }
 
+/// The cache directory of a command that compiles kernels or measures ([`dir::prepare`]):
+/// E2410 (exit 2) when it is not the user's own or others can write to it; W2411 when it
+/// cannot be used, and a temporary directory instead, for this command only.
+pub fn cache_place(given: Option<&Path>) -> Result<dir::Place, Outcome> {
+    match dir::prepare(given) {
+        dir::Prepared::Ready(p) => Ok(p),
+        dir::Prepared::Replaced { place, why } => {
+            let shown = dir::resolve(given).map_or(String::new(), |d| d.display().to_string());
+            eprintln!(
+                "warning[{}]: cannot use the cache directory `{shown}`: {why}",
+                diag::W2411.id
+            );
+            match place.dir() {
+                Some(t) => eprintln!(
+                    "  = note: kernels and measurements are kept in `{}` until the command ends",
+                    t.display()
+                ),
+                None => eprintln!("  = note: no temporary directory can be made either"),
+            }
+            Ok(place)
+        }
+        dir::Prepared::Refused(why) => {
+            let shown = dir::resolve(given).map_or(String::new(), |d| d.display().to_string());
+            eprintln!(
+                "error[{}]: the cache directory `{shown}` is refused: {why}",
+                diag::E2410.id
+            );
+            eprintln!(
+                "  = note: collage loads compiled code from it; make it yours alone (`chmod go-w`), or give another with `--cache-dir DIR`"
+            );
+            Err(Outcome::Usage)
+        }
+    }
+}
+
 /// Refuses nonsensical measuring flags (a usage error, whether or not they are used), then opens
 /// the measuring estimator for `targets` when `spec` uses it: E2401 (exit 2) when the
 /// measurement cache cannot be opened, W2402 when a damaged one was rebuilt.
@@ -62,7 +97,8 @@ pub fn open(
         return Ok(None);
     }
     quiet_openmp();
-    let cache_dir = args.resolved_dir();
+    let place = cache_place(args.cache_dir.as_deref())?;
+    let cache_dir = place.dir().map(Path::to_path_buf);
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
         eprintln!("error[{}]: {e}", diag::E2401.id);
         Outcome::Usage
@@ -83,6 +119,7 @@ pub fn open(
     let cfg = measure::Config {
         threads: args.thread_count(),
         cache_dir,
+        place,
         database: database.clone(),
         settings,
         seed: args.seed,
@@ -103,7 +140,7 @@ pub fn open(
             None => "the old file could not be kept".to_string(),
         };
         eprintln!(
-            "warning[{}]: the measurement cache `{}` was damaged ({why}) and has been rebuilt empty; {kept}",
+            "warning[{}]: the measurement cache `{}` could not be used ({why}) and has been rebuilt empty; {kept}",
             diag::W2402.id,
             database.display()
         );

@@ -345,10 +345,15 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         Some(t) => std::time::Duration::from_secs_f64(t.min(1e6)),
         None => compile::DEFAULT_TIMEOUT,
     };
+    // The kernel cache, checked: refused (E2410) or replaced (W2411) before anything runs.
+    let place = match req.backend {
+        BackendChoice::Auto => super::measuring::cache_place(req.cache_dir.as_deref())?,
+        _ => crate::measure::dir::Place::default(),
+    };
     let native = (req.backend == BackendChoice::Auto).then(|| {
         Arc::new(Native::new(Config {
             threads,
-            cache_dir: req.cache_dir.clone(),
+            cache_dir: place.dir().map(std::path::Path::to_path_buf),
             compiler: None,
             timeout,
         }))

@@ -9,9 +9,11 @@
 //!
 //! Safety with several processes: the database runs in WAL mode (readers never block the
 //! writer) with a busy timeout, so two `collage` processes can read and write it at once. A file
-//! that is not a database or fails SQLite's quick check is moved aside (to `FILE.corrupt`,
-//! under an exclusive lock on `FILE.lock` so that two processes never both rebuild) and a fresh
-//! cache is created in its place.
+//! that is not a database, fails SQLite's quick check, or is a database of something else
+//! (checked before anything is written to it) is moved aside (to `FILE.corrupt`, or
+//! `FILE.corrupt.N` when that name is taken: a backup is never replaced), under an exclusive
+//! lock on `FILE.lock` so that two processes never both rebuild, and a fresh cache is created
+//! in its place. A path that is not a regular file (a device, a FIFO) is refused.
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -192,11 +194,90 @@ CREATE TABLE IF NOT EXISTS machines (
 );
 ";
 
+/// The tables (and their automatic indexes) of a collage measurement cache.
+const OURS: &[&str] = &[
+    "meta",
+    "measurements",
+    "machines",
+    "sqlite_autoindex_meta_1",
+    "sqlite_autoindex_measurements_1",
+    "sqlite_autoindex_machines_1",
+];
+
+/// Whether a database is empty or collage's, read before anything is written to it: a
+/// database holding anything else is left exactly as it is (`Damaged`, so that it is moved
+/// aside) rather than given collage's tables or switched to write-ahead logging.
+fn check_ours(conn: &Connection) -> Result<(), OpenError> {
+    // Reading the header happens here: a file that is not a database fails now.
+    let mut q = conn.prepare("SELECT name FROM sqlite_master ORDER BY name")?;
+    let names: Vec<String> = q
+        .query_map([], |r| r.get::<_, Option<String>>(0))?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let foreign: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !OURS.contains(n))
+        .collect();
+    if foreign.is_empty()
+        && names.iter().any(|n| n == "meta")
+        && names.iter().any(|n| n == "measurements")
+    {
+        return Ok(());
+    }
+    let shown: Vec<String> = foreign.iter().take(5).map(|n| format!("`{n}`")).collect();
+    Err(OpenError::Damaged(if shown.is_empty() {
+        "it is not a collage measurement cache (some of its tables are missing)".to_string()
+    } else {
+        format!(
+            "it is not a collage measurement cache: it holds {}{}",
+            shown.join(", "),
+            if foreign.len() > 5 { ", ..." } else { "" }
+        )
+    }))
+}
+
+/// Refuses a path that exists and is not a regular file (a device, a FIFO, a socket): SQLite
+/// would read and write it as if it were one.
+pub fn check_file(path: &Path) -> Result<(), DbError> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        // Absent (it is created as a regular file), or a link to nothing: SQLite says why.
+        return Ok(());
+    };
+    if meta.is_file() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_dir() {
+        return Err(DbError(format!("`{}` is a directory", path.display())));
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(DbError(format!(
+        "`{}` is not a regular file ({what})",
+        path.display()
+    )))
+}
+
 /// Opens the database, creating the schema; `Damaged` when the file is not a usable cache.
 fn open_checked(path: &Path) -> Result<Connection, OpenError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // Reading the header happens here: a file that is not a database fails now.
+    check_ours(&conn)?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(OpenError::Other(format!(
@@ -258,6 +339,41 @@ pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Moves `path` (and its write-ahead log, if any) to a name not in use, never replacing a
+/// file: `FILE.corrupt`, else `FILE.corrupt.1`, `FILE.corrupt.2`, ...; returns the name.
+fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let mut last = std::io::Error::other("no free name");
+    for i in 0..1000 {
+        let aside = if i == 0 {
+            sibling(path, ".corrupt")
+        } else {
+            sibling(path, &format!(".corrupt.{i}"))
+        };
+        if std::fs::symlink_metadata(&aside).is_ok() {
+            continue;
+        }
+        // A hard link fails when the name is taken: no backup is ever replaced.
+        let moved = match std::fs::hard_link(path, &aside) {
+            Ok(()) => std::fs::remove_file(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // No hard links here: the name was free a moment ago, under the lock.
+            Err(_) => std::fs::rename(path, &aside),
+        };
+        match moved {
+            Ok(()) => {
+                let wal = sibling(path, "-wal");
+                if wal.exists() {
+                    let _ = std::fs::rename(&wal, sibling(&aside, "-wal"));
+                }
+                let _ = std::fs::remove_file(sibling(path, "-shm"));
+                return Ok(aside);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// An exclusive lock on `FILE.lock`, held until dropped (released by the system if the process
 /// dies).
 pub struct Lock(#[allow(dead_code)] std::fs::File);
@@ -281,9 +397,7 @@ impl Db {
             std::fs::create_dir_all(dir)
                 .map_err(|e| DbError(format!("cannot create `{}`: {e}", dir.display())))?;
         }
-        if path.is_dir() {
-            return Err(DbError(format!("`{}` is a directory", path.display())));
-        }
+        check_file(path)?;
         let describe = |e: String| DbError(format!("cannot open `{}`: {e}", path.display()));
         let db = |conn| Db {
             conn,
@@ -301,18 +415,17 @@ impl Db {
             Err(OpenError::Other(e) | OpenError::Busy(e)) => return Err(describe(e)),
             Err(OpenError::Damaged(why)) => why,
         };
-        let aside = sibling(path, ".corrupt");
-        let moved_to = match std::fs::rename(path, &aside) {
-            Ok(()) => Some(aside),
+        let moved_to = match move_aside(path) {
+            Ok(aside) => Some(aside),
             Err(_) => {
                 std::fs::remove_file(path)
                     .map_err(|e| describe(format!("it is damaged and cannot be removed: {e}")))?;
+                for s in ["-wal", "-shm"] {
+                    let _ = std::fs::remove_file(sibling(path, s));
+                }
                 None
             }
         };
-        for s in ["-wal", "-shm"] {
-            let _ = std::fs::remove_file(sibling(path, s));
-        }
         match open_waiting(path) {
             Ok(conn) => Ok((db(conn), Opened::Rebuilt { moved_to, why })),
             Err(OpenError::Other(e) | OpenError::Damaged(e) | OpenError::Busy(e)) => {
@@ -639,6 +752,50 @@ mod tests {
         });
         let (db, _) = Db::open(&path).unwrap();
         assert_eq!(db.stats().unwrap().entries, 100);
+    }
+
+    #[test]
+    fn a_foreign_database_is_moved_aside_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('a');")
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let (db, opened) = Db::open(&path).unwrap();
+        let Opened::Rebuilt { moved_to, why } = opened else {
+            panic!("{opened:?}")
+        };
+        assert!(why.contains("`notes`"), "{why}");
+        assert_eq!(std::fs::read(moved_to.unwrap()).unwrap(), before);
+        db.put(&key("a"), &timed(1.0), "x").unwrap();
+        // Damaged again: the first backup stays, the second gets a new name.
+        drop(db);
+        for s in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(sibling(&path, s));
+        }
+        std::fs::write(
+            &path,
+            b"junk junk junk junk junk junk junk junk junk junk junk",
+        )
+        .unwrap();
+        let (_, opened) = Db::open(&path).unwrap();
+        let Opened::Rebuilt { moved_to, .. } = opened else {
+            panic!("{opened:?}")
+        };
+        assert_eq!(moved_to.unwrap(), sibling(&path, ".corrupt.1"));
+        assert_eq!(std::fs::read(sibling(&path, ".corrupt")).unwrap(), before);
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_regular_file_is_refused() {
+        let e = Db::open(Path::new("/dev/null")).err().unwrap();
+        assert!(
+            e.0.contains("not a regular file (a character device)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! * `measurements.sqlite` (with its `-wal`, `-shm` and `.lock` companions): measured costs
 //!   ([`super::db`]). `--cache FILE` puts the measurements in `FILE` instead.
 
+use crate::backend::native::cache::{self, DirError};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The cache directory from the environment: `$COLLAGE_CACHE_DIR`, `$XDG_CACHE_HOME/collage`
 /// or `~/.cache/collage` (`None` when none of them is set); the same as native code
@@ -17,6 +19,65 @@ pub fn default_dir() -> Option<PathBuf> {
 /// The cache directory: the one given, else [`default_dir`].
 pub fn resolve(given: Option<&Path>) -> Option<PathBuf> {
     given.map(Path::to_path_buf).or_else(default_dir)
+}
+
+/// The cache directory a command uses; holds the temporary directory that replaces an
+/// unusable one for as long as the command runs.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    dir: Option<PathBuf>,
+    _temp: Option<Arc<tempfile::TempDir>>,
+}
+
+impl Place {
+    /// The directory (`None`: there is none).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+}
+
+/// What [`prepare`] found.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The directory is usable (or there is none).
+    Ready(Place),
+    /// It cannot be used (not a directory, a link to nothing, cannot be created or written):
+    /// replaced by a temporary directory that goes when the command ends (W2411).
+    Replaced {
+        /// The temporary directory (none when even that cannot be made).
+        place: Place,
+        /// Why the directory cannot be used.
+        why: String,
+    },
+    /// It is not owned by this user or others can write to it (E2410): nothing is read
+    /// from it or written to it.
+    Refused(String),
+}
+
+/// Checks the cache directory (the given one, else [`default_dir`]) of a command that
+/// compiles kernels or measures, creating its folders ([`cache::check_root`]).
+pub fn prepare(given: Option<&Path>) -> Prepared {
+    let Some(root) = resolve(given) else {
+        return Prepared::Ready(Place::default());
+    };
+    match cache::check_root(&root) {
+        Ok(()) => Prepared::Ready(Place {
+            dir: Some(root),
+            _temp: None,
+        }),
+        Err(DirError::Untrusted(why)) => Prepared::Refused(why),
+        Err(DirError::Unusable(why)) => {
+            let place = tempfile::Builder::new()
+                .prefix("collage-cache-")
+                .tempdir()
+                .ok()
+                .map_or_else(Place::default, |t| Place {
+                    dir: Some(t.path().to_path_buf()),
+                    _temp: Some(Arc::new(t)),
+                });
+            Prepared::Replaced { place, why }
+        }
+    }
 }
 
 /// The measurement database: `--cache FILE` if given, else `measurements.sqlite` in the cache
@@ -40,64 +101,19 @@ pub fn kernels(dir: &Path) -> PathBuf {
     dir.join("kernels")
 }
 
-/// What the kernel cache holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KernelStats {
-    /// Kernels recorded (`kernels/entries/*`).
-    pub entries: u64,
-    /// Compiled libraries (`kernels/lib/*.so`).
-    pub libraries: u64,
-    /// Bytes of everything under `kernels/`.
-    pub bytes: u64,
-}
+/// What the kernel cache holds ([`crate::backend::native::cache::scan`]).
+pub type KernelStats = crate::backend::native::cache::Scan;
 
-/// Counts the kernel cache of `dir` (zeros when there is none).
+/// Counts the kernel cache of `dir` (zeros when there is none), checking every kernel's
+/// library against its recorded hash.
 pub fn kernel_stats(dir: &Path) -> KernelStats {
-    let k = kernels(dir);
-    let count = |sub: &str, ext: Option<&str>| -> u64 {
-        std::fs::read_dir(k.join(sub)).map_or(0, |rd| {
-            rd.filter_map(Result::ok)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .filter(|e| ext.is_none_or(|x| e.path().extension().is_some_and(|y| y == x)))
-                .count() as u64
-        })
-    };
-    KernelStats {
-        entries: count("entries", None),
-        libraries: count("lib", Some("so")),
-        bytes: tree_bytes(&k),
-    }
+    crate::backend::native::cache::scan(&kernels(dir))
 }
 
-/// Bytes of the regular files under `root` (no symlinks followed; depth-limited).
-fn tree_bytes(root: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.filter_map(Result::ok) {
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() && depth < 16 {
-                stack.push((e.path(), depth + 1));
-            } else if t.is_file() {
-                total += e.metadata().map_or(0, |m| m.len());
-            }
-        }
-    }
-    total
-}
-
-/// Removes the kernel cache of `dir`; returns what it held.
-pub fn clear_kernels(dir: &Path) -> std::io::Result<KernelStats> {
-    let stats = kernel_stats(dir);
-    let k = kernels(dir);
-    match std::fs::remove_dir_all(&k) {
-        Ok(()) => Ok(stats),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(stats),
-        Err(e) => Err(e),
-    }
+/// Removes what collage wrote in the kernel cache of `dir`
+/// ([`crate::backend::native::cache::clear`]); returns what it removed and what it left.
+pub fn clear_kernels(dir: &Path) -> std::io::Result<crate::backend::native::cache::Cleared> {
+    crate::backend::native::cache::clear(&kernels(dir))
 }
 
 #[cfg(test)]
@@ -120,20 +136,31 @@ mod tests {
     }
 
     #[test]
-    fn kernels_are_counted_and_cleared() {
+    fn an_unusable_directory_is_replaced_and_an_untrusted_one_refused() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(kernel_stats(dir.path()), KernelStats::default());
-        let k = kernels(dir.path());
-        std::fs::create_dir_all(k.join("entries")).unwrap();
-        std::fs::create_dir_all(k.join("lib")).unwrap();
-        std::fs::write(k.join("entries").join("a"), b"x").unwrap();
-        std::fs::write(k.join("entries").join("b"), b"x").unwrap();
-        std::fs::write(k.join("lib").join("b1.so"), b"0123456789").unwrap();
-        std::fs::write(k.join("lib").join("b1.c"), b"int x;").unwrap();
-        let s = kernel_stats(dir.path());
-        assert_eq!((s.entries, s.libraries, s.bytes), (2, 1, 18));
-        assert_eq!(clear_kernels(dir.path()).unwrap(), s);
-        assert!(!k.exists());
-        assert_eq!(clear_kernels(dir.path()).unwrap(), KernelStats::default());
+        let good = dir.path().join("good");
+        match prepare(Some(&good)) {
+            Prepared::Ready(p) => assert_eq!(p.dir(), Some(good.as_path())),
+            p => panic!("{p:?}"),
+        }
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let temp = match prepare(Some(&file)) {
+            Prepared::Replaced { place, why } => {
+                assert!(why.contains("is not a directory"), "{why}");
+                let t = place.dir().unwrap().to_path_buf();
+                assert!(t.join("kernels").is_dir() || t.is_dir());
+                drop(place);
+                t
+            }
+            p => panic!("{p:?}"),
+        };
+        assert!(
+            !temp.exists(),
+            "the temporary directory goes with its place"
+        );
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o757)).unwrap();
+        assert!(matches!(prepare(Some(&good)), Prepared::Refused(_)));
     }
 }

@@ -53,6 +53,8 @@ pub struct Config {
     pub threads: usize,
     /// The cache directory (native kernels), if there is one.
     pub cache_dir: Option<PathBuf>,
+    /// Keeps a temporary cache directory (replacing an unusable one) while measuring.
+    pub place: dir::Place,
     /// The measurement database.
     pub database: PathBuf,
     /// The timing protocol.

@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
 mod bounds;
+mod cache_safety;
 mod cli;
 mod cpu_backends;
 mod cpu_costs;

@@ -46,7 +46,7 @@ use emit::prelude::{prelude, Feature, Isa};
 use libloading::Library;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::c_void;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -143,24 +143,32 @@ pub struct Native {
     compiler_runs: AtomicUsize,
 }
 
-/// Libraries loaded by this process, by path (never unloaded: kernels may be running on the
-/// OpenMP pool's threads, and loading the same library twice would map it twice).
-fn libraries() -> &'static Mutex<BTreeMap<PathBuf, Arc<Library>>> {
-    static L: OnceLock<Mutex<BTreeMap<PathBuf, Arc<Library>>>> = OnceLock::new();
+/// Libraries loaded by this process, by the SHA-256 of their bytes (never unloaded: kernels
+/// may be running on the OpenMP pool's threads, and loading the same library twice would map
+/// it twice).
+fn libraries() -> &'static Mutex<BTreeMap<String, Arc<Library>>> {
+    static L: OnceLock<Mutex<BTreeMap<String, Arc<Library>>>> = OnceLock::new();
     L.get_or_init(|| Mutex::new(BTreeMap::new()))
 }
 
-fn load_library(path: &Path) -> Result<Arc<Library>, String> {
+/// Loads a library whose bytes were verified, from a private copy of those very bytes
+/// ([`Cache::private_copy`]): what runs is what was hashed.
+fn load_verified(cache: &Cache, v: &cache::Verified) -> Result<Arc<Library>, String> {
     let mut libs = libraries().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(l) = libs.get(path) {
+    if let Some(l) = libs.get(&v.sha256) {
         return Ok(l.clone());
     }
-    // SAFETY: the library was compiled by this backend from generated C that has no
-    // constructors; loading it runs nothing.
-    let lib = unsafe { Library::new(path) }
-        .map_err(|e| format!("cannot load `{}`: {e}", path.display()))?;
+    let copy = cache
+        .private_copy(v)
+        .map_err(|e| format!("cannot write a private copy of a kernel library: {e}"))?;
+    // SAFETY: the bytes are those of a library this backend compiled from generated C without
+    // constructors (their hash was recorded when it was written and checked now); loading it
+    // runs nothing.
+    let lib = unsafe { Library::new(copy.path()) }
+        .map_err(|e| format!("cannot load `{}`: {e}", copy.path().display()))?;
+    drop(copy);
     let lib = Arc::new(lib);
-    libs.insert(path.to_path_buf(), lib.clone());
+    libs.insert(v.sha256.clone(), lib.clone());
     Ok(lib)
 }
 
@@ -224,14 +232,21 @@ impl Native {
             .map_err(|e| e.clone())
     }
 
-    /// The kernel cache (the configured or default directory, else a temporary one).
+    /// The kernel cache (the configured or default directory, else a temporary one when it
+    /// cannot be used; an error when it is refused as untrusted).
     fn cache(&self) -> Result<&Cache, String> {
         self.cache
             .get_or_init(|| {
                 let dir = self.cfg.cache_dir.clone().or_else(cache::default_dir);
                 if let Some(d) = dir {
-                    if let Ok(c) = Cache::open(&d) {
-                        return Ok(c);
+                    match Cache::open(&d) {
+                        Ok(c) => return Ok(c),
+                        // Code is never loaded from a directory others may have written.
+                        Err(cache::DirError::Untrusted(m)) => {
+                            return Err(format!("the kernel cache is refused: {m}"))
+                        }
+                        // The drivers warn about an unusable directory (W2411) before this.
+                        Err(cache::DirError::Unusable(_)) => {}
                     }
                 }
                 let t = self
@@ -312,10 +327,15 @@ impl Native {
         let mut results: Results = Vec::new();
         let mut missing: Vec<Pending> = Vec::new();
         for (k, p) in todo {
-            let hit = cache.entry(&k).and_then(|e| {
-                let lib = load_library(&e.library).ok()?;
-                symbols(&lib, &e.symbol, p.n_packs).ok()
-            });
+            // Only an entry with a recorded hash whose library's bytes hash to it is loaded;
+            // anything else (unverified, damaged, not loading) is compiled again.
+            let hit = match cache.entry(&k) {
+                cache::Lookup::Found(e) => cache.verify(&e).ok().and_then(|v| {
+                    let lib = load_verified(cache, &v).ok()?;
+                    symbols(&lib, &e.symbol, p.n_packs).ok()
+                }),
+                cache::Lookup::Missing | cache::Lookup::Unverified => None,
+            };
             match hit {
                 Some(code) => {
                     self.stats.lock().unwrap_or_else(|x| x.into_inner()).cached += 1;
@@ -444,15 +464,15 @@ impl Native {
             let retry = !(e.contains("timed out") || e.contains("cannot be started"));
             return Err((e, retry));
         }
-        let lib_path = cache
+        let (lib_path, verified) = cache
             .install(&bkey, &so, &source)
             .map_err(|e| (format!("cannot store a compiled kernel: {e}"), false))?;
-        let lib = load_library(&lib_path).map_err(|e| (e, false))?;
+        let lib = load_verified(cache, &verified).map_err(|e| (e, false))?;
         let mut codes = Vec::with_capacity(batch.len());
         for p in batch {
             let sym = format!("ck_{}", p.key);
             let code = symbols(&lib, &sym, p.n_packs).map_err(|e| (e, false))?;
-            let _ = cache.record(&p.key, &lib_path, &sym);
+            let _ = cache.record(&p.key, &lib_path, &sym, &verified.sha256);
             codes.push(Arc::new(code));
         }
         self.stats

@@ -146,8 +146,8 @@ fn cache_clear_leaves_what_collage_did_not_write() {
     let k = cache.join("kernels");
     std::fs::write(k.join("entries/README"), "someone's notes").unwrap();
     std::fs::write(k.join("lib/helper.so"), "someone's library").unwrap();
-    std::fs::create_dir_all(k.join("tmp/work")).unwrap();
-    std::fs::write(k.join("tmp/work/data"), "someone's data").unwrap();
+    std::fs::create_dir_all(k.join("tmp/theirs")).unwrap();
+    std::fs::write(k.join("tmp/theirs/data"), "someone's data").unwrap();
     let out = clear(&cache);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
@@ -157,10 +157,10 @@ fn cache_clear_leaves_what_collage_did_not_write() {
     );
     let err = stderr(&out);
     assert!(err.contains("warning[W2412]"), "{err}");
-    for left in ["entries/README", "lib/helper.so", "tmp/work/data"] {
+    for left in ["entries/README", "lib/helper.so", "tmp/theirs/data"] {
         assert!(k.join(left).is_file(), "{left} was removed");
     }
-    for listed in ["entries/README", "lib/helper.so", "tmp/work"] {
+    for listed in ["entries/README", "lib/helper.so", "tmp/theirs"] {
         assert!(
             err.contains(&format!("  {listed} (not written by collage)")),
             "{err}"
@@ -169,12 +169,12 @@ fn cache_clear_leaves_what_collage_did_not_write() {
     // Everything collage wrote is gone.
     assert_eq!(files(&k.join("entries")), vec![k.join("entries/README")]);
     assert_eq!(files(&k.join("lib")), vec![k.join("lib/helper.so")]);
-    assert_eq!(files(&k.join("tmp")), vec![k.join("tmp/work")]);
+    assert_eq!(files(&k.join("tmp")), vec![k.join("tmp/theirs")]);
     // Once only collage's files are there, the kernel directory goes too.
     for left in ["entries/README", "lib/helper.so"] {
         std::fs::remove_file(k.join(left)).unwrap();
     }
-    std::fs::remove_dir_all(k.join("tmp/work")).unwrap();
+    std::fs::remove_dir_all(k.join("tmp/theirs")).unwrap();
     filled(dir.path(), &cache);
     let out = clear(&cache);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -528,12 +528,25 @@ fn main() -> ExitCode {
 /// the version, and 2 (E0902) when the help or the version could not be written (a full disk,
 /// `/dev/full`), as for any command's output; a closed pipe stays quiet.
 fn clap_outcome(e: &clap::Error) -> u8 {
-    let printed = e.print();
     if e.use_stderr() {
+        collage::diag::emit_alone(usage_diagnostic(&e.render().to_string()));
         return u8::try_from(e.exit_code()).unwrap_or(2);
     }
+    let printed = e.print();
     let written = printed.and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
     driver::written(driver::stdout_written(written)).exit_code()
+}
+
+/// The command-line parser's message as a coded diagnostic (E0957): its first line is the
+/// message, the rest (usage, tips) become notes; user text in it is escaped when rendered.
+fn usage_diagnostic(rendered: &str) -> collage::diag::Diagnostic {
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid command line");
+    let message = first.strip_prefix("error:").map_or(first, str::trim);
+    lines.fold(
+        collage::diag::Diagnostic::error(collage::diag::E0957, message),
+        |d, l| d.with_note(l),
+    )
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {

@@ -144,6 +144,9 @@ codes! {
     E0955 = "E0955", "invalid memory limit";
     /// A `--target` that names no target of the rules.
     E0956 = "E0956", "unknown target";
+    /// A command line the argument parser refuses: an unknown flag or command, a missing or
+    /// malformed value.
+    E0957 = "E0957", "invalid command line";
 
     /// A `.rules` text that does not fit the grammar.
     E1001 = "E1001", "syntax error in rules";

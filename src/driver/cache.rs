@@ -2,7 +2,7 @@
 //! kernels and measurements), and emptying it.
 
 use super::Outcome;
-use crate::diag;
+use crate::diag::{self, Diagnostic};
 use crate::measure::db::{self, Db, Opened};
 use crate::measure::dir;
 use std::fmt::Write as _;
@@ -34,12 +34,17 @@ fn mib(b: u64) -> String {
 /// W2402 when opening rebuilt the database.
 fn warn_rebuilt(path: &Path, opened: Opened) {
     if let Opened::Rebuilt { moved_to, why } = opened {
-        eprintln!(
-            "warning[{}]: the measurement cache `{}` could not be used ({why}) and has been rebuilt empty{}",
-            diag::W2402.id,
-            path.display(),
-            moved_to.map_or(String::new(), |p| format!("; the old file is kept as `{}`", p.display()))
-        );
+        diag::emit_alone(Diagnostic::warning(
+            diag::W2402,
+            format!(
+                "the measurement cache `{}` could not be used ({why}) and has been rebuilt empty{}",
+                path.display(),
+                moved_to.map_or(String::new(), |p| format!(
+                    "; the old file is kept as `{}`",
+                    p.display()
+                ))
+            ),
+        ));
     }
 }
 
@@ -54,10 +59,10 @@ fn open_existing(path: &Path) -> Result<Option<Db>, Outcome> {
             Ok(Some(d))
         }
         Err(e) => {
-            eprintln!(
-                "error[{}]: cannot use the measurement cache: {e}",
-                diag::E2401.id
-            );
+            diag::emit_alone(Diagnostic::error(
+                diag::E2401,
+                format!("cannot use the measurement cache: {e}"),
+            ));
             Err(Outcome::Usage)
         }
     }
@@ -73,16 +78,15 @@ pub fn stats_command(req: &Request) -> Outcome {
 fn stats_inner(req: &Request) -> Result<Outcome, Outcome> {
     let root = dir::resolve(req.cache_dir.as_deref());
     let database = dir::database(root.as_deref(), req.cache.as_deref()).map_err(|e| {
-        eprintln!("error[{}]: {e}", diag::E2401.id);
+        diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
         Outcome::Usage
     })?;
     let stats = match open_existing(&database)? {
         Some(d) => Some(d.stats().map_err(|e| {
-            eprintln!(
-                "error[{}]: cannot read `{}`: {e}",
-                diag::E2401.id,
-                database.display()
-            );
+            diag::emit_alone(Diagnostic::error(
+                diag::E2401,
+                format!("cannot read `{}`: {e}", database.display()),
+            ));
             Outcome::Usage
         })?),
         None => None,
@@ -180,7 +184,7 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
     let mut lines = Vec::new();
     if !req.kernels_only {
         let database = dir::database(root.as_deref(), req.cache.as_deref()).map_err(|e| {
-            eprintln!("error[{}]: {e}", diag::E2401.id);
+            diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
             Outcome::Usage
         })?;
         let cleared = if std::fs::symlink_metadata(&database).is_err() {
@@ -206,11 +210,10 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
                 database.display()
             )),
             Err(e) => {
-                eprintln!(
-                    "error[{}]: cannot clear `{}`: {e}",
-                    diag::E2405.id,
-                    database.display()
-                );
+                diag::emit_alone(Diagnostic::error(
+                    diag::E2405,
+                    format!("cannot clear `{}`: {e}", database.display()),
+                ));
                 return Err(Outcome::Usage);
             }
         }
@@ -220,11 +223,10 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
             Some(d) => {
                 let k = dir::kernels(d);
                 if let Err(e) = crate::backend::native::cache::check_existing(d) {
-                    eprintln!(
-                        "error[{}]: the cache directory `{}` is refused: {e}",
-                        diag::E2410.id,
-                        d.display()
-                    );
+                    diag::emit_alone(Diagnostic::error(
+                        diag::E2410,
+                        format!("the cache directory `{}` is refused: {e}", d.display()),
+                    ));
                     return Err(Outcome::Usage);
                 }
                 match dir::clear_kernels(d) {
@@ -238,36 +240,35 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
                             k.display()
                         ));
                         if !c.left.is_empty() {
-                            eprintln!(
-                                "warning[{}]: left {} item(s) in `{}` that collage did not write or that a running collage uses:",
-                                diag::W2412.id,
-                                c.left.len(),
-                                k.display()
+                            let mut w = Diagnostic::warning(
+                                diag::W2412,
+                                format!(
+                                    "left {} item(s) in `{}` that collage did not write or that a running collage uses",
+                                    c.left.len(),
+                                    k.display()
+                                ),
                             );
                             for (p, why) in c.left.iter().take(10) {
                                 let shown = p.strip_prefix(&k).unwrap_or(p);
-                                eprintln!("  {} ({why})", shown.display());
+                                w = w.with_note(format!("left `{}` ({why})", shown.display()));
                             }
                             if c.left.len() > 10 {
-                                eprintln!("  ... and {} more", c.left.len() - 10);
+                                w = w.with_note(format!("... and {} more", c.left.len() - 10));
                             }
+                            diag::emit_alone(w);
                         }
                     }
                     Err(e) => {
-                        eprintln!(
-                            "error[{}]: cannot clear `{}`: {e}",
-                            diag::E2405.id,
-                            k.display()
-                        );
+                        diag::emit_alone(Diagnostic::error(
+                            diag::E2405,
+                            format!("cannot clear `{}`: {e}", k.display()),
+                        ));
                         return Err(Outcome::Usage);
                     }
                 }
             }
             None if req.kernels_only => {
-                eprintln!(
-                    "error[{}]: no cache directory: give `--cache-dir DIR` or set `COLLAGE_CACHE_DIR` or `HOME`",
-                    diag::E2405.id
-                );
+                diag::emit_alone(Diagnostic::error(diag::E2405, "no cache directory: give `--cache-dir DIR` or set `COLLAGE_CACHE_DIR` or `HOME`"));
                 return Err(Outcome::Usage);
             }
             None => {}

@@ -3,7 +3,7 @@
 //! lines in reports.
 
 use super::Outcome;
-use crate::diag;
+use crate::diag::{self, Diagnostic};
 use crate::measure::{self, db::Opened, dir, Measure};
 use crate::ruletree::Target;
 use std::path::{Path, PathBuf};
@@ -56,27 +56,32 @@ pub fn cache_place(given: Option<&Path>) -> Result<dir::Place, Outcome> {
         dir::Prepared::Ready(p) => Ok(p),
         dir::Prepared::Replaced { place, why } => {
             let shown = dir::resolve(given).map_or(String::new(), |d| d.display().to_string());
-            eprintln!(
-                "warning[{}]: cannot use the cache directory `{shown}`: {why}",
-                diag::W2411.id
-            );
-            match place.dir() {
-                Some(t) => eprintln!(
-                    "  = note: kernels and measurements are kept in `{}` until the command ends",
+            let note = match place.dir() {
+                Some(t) => format!(
+                    "kernels and measurements are kept in `{}` until the command ends",
                     t.display()
                 ),
-                None => eprintln!("  = note: no temporary directory can be made either"),
-            }
+                None => "no temporary directory can be made either".to_string(),
+            };
+            diag::emit_alone(
+                Diagnostic::warning(
+                    diag::W2411,
+                    format!("cannot use the cache directory `{shown}`: {why}"),
+                )
+                .with_note(note),
+            );
             Ok(place)
         }
         dir::Prepared::Refused(why) => {
             let shown = dir::resolve(given).map_or(String::new(), |d| d.display().to_string());
-            eprintln!(
-                "error[{}]: the cache directory `{shown}` is refused: {why}",
-                diag::E2410.id
-            );
-            eprintln!(
-                "  = note: collage loads compiled code from it; make it yours alone (`chmod go-w`), or give another with `--cache-dir DIR`"
+            diag::emit_alone(
+                Diagnostic::error(
+                    diag::E2410,
+                    format!("the cache directory `{shown}` is refused: {why}"),
+                )
+                .with_note(
+                    "collage loads compiled code from it; make it yours alone (`chmod go-w`), or give another with `--cache-dir DIR`",
+                ),
             );
             Err(Outcome::Usage)
         }
@@ -100,7 +105,7 @@ pub fn open(
     let place = cache_place(args.cache_dir.as_deref())?;
     let cache_dir = place.dir().map(Path::to_path_buf);
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
-        eprintln!("error[{}]: {e}", diag::E2401.id);
+        diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
         Outcome::Usage
     })?;
     if args.cold && !measure::flush::EVICTS {
@@ -125,12 +130,11 @@ pub fn open(
         seed: args.seed,
     };
     let m = Measure::open(cfg, targets).map_err(|e| {
-        eprintln!(
-            "error[{}]: cannot use the measurement cache: {e}",
-            diag::E2401.id
-        );
-        eprintln!(
-            "  = note: give another place with `--cache-dir DIR` or `--cache FILE`, or remove it with `collage cache clear`"
+        diag::emit_alone(
+            Diagnostic::error(diag::E2401, format!("cannot use the measurement cache: {e}"))
+                .with_note(
+                    "give another place with `--cache-dir DIR` or `--cache FILE`, or remove it with `collage cache clear`",
+                ),
         );
         Outcome::Usage
     })?;
@@ -139,11 +143,7 @@ pub fn open(
             Some(p) => format!("the old file is kept as `{}`", p.display()),
             None => "the old file could not be kept".to_string(),
         };
-        eprintln!(
-            "warning[{}]: the measurement cache `{}` could not be used ({why}) and has been rebuilt empty; {kept}",
-            diag::W2402.id,
-            database.display()
-        );
+        diag::emit_alone(Diagnostic::warning(diag::W2402, format!("the measurement cache `{}` could not be used ({why}) and has been rebuilt empty; {kept}", database.display())));
     }
     Ok(Some(Arc::new(m)))
 }
@@ -173,10 +173,10 @@ pub fn raise_priority(args: &MeasureArgs) -> Option<measure::priority::Raised> {
     match measure::priority::raise(-20) {
         Ok(r) => Some(r),
         Err(e) => {
-            eprintln!(
-                "warning[{}]: cannot raise the scheduling priority: {e}; measuring without it",
-                diag::W2406.id
-            );
+            diag::emit_alone(Diagnostic::warning(
+                diag::W2406,
+                format!("cannot raise the scheduling priority: {e}; measuring without it"),
+            ));
             None
         }
     }
@@ -185,7 +185,7 @@ pub fn raise_priority(args: &MeasureArgs) -> Option<measure::priority::Raised> {
 /// Prints the problems met while measuring (W2403).
 pub fn report_notes(m: &Measure) {
     for n in m.take_notes() {
-        eprintln!("warning[{}]: {n}", diag::W2403.id);
+        diag::emit_alone(Diagnostic::warning(diag::W2403, format!("{n}")));
     }
 }
 

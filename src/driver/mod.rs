@@ -59,10 +59,10 @@ pub fn stdout_written(result: std::io::Result<()>) -> Result<(), Outcome> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => {
-            eprintln!(
-                "error[{}]: cannot write standard output: {e}",
-                crate::diag::E0902.id
-            );
+            diag::emit_alone(Diagnostic::error(
+                diag::E0902,
+                format!("cannot write standard output: {e}"),
+            ));
             Err(Outcome::Usage)
         }
     }

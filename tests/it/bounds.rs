@@ -363,6 +363,21 @@ fn escape_sequences_in_user_text_are_escaped() {
             "{args:?}: raw control in {err:?}"
         );
     }
+    // A cache directory named with a control character, unusable (a regular file): the
+    // warning names it escaped, and the command goes on with a temporary directory.
+    let file = dir.path().join("cache\x1b[31m");
+    std::fs::write(&file, "not a directory").unwrap();
+    let out = collage(["run", MNIST, "--cache-dir", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("warning[W2411]"), "{err}");
+    assert!(!err.bytes().any(|b| b == 0x1b), "raw control in {err:?}");
+    // The argument parser's own errors are coded and escaped too.
+    let out = collage(["parse", MNIST, "--\x1b[31mbogus"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("error[E0957]"), "{err}");
+    assert!(!err.bytes().any(|b| b == 0x1b), "raw control in {err:?}");
     let out = collage(["parse", attr.to_str().unwrap()]);
     assert!(
         stderr(&out).contains("`\\u{1b}[31mfloat32`"),

@@ -16,7 +16,7 @@ against PyTorch's own before anything is written.
 hundreds of megabytes), with the same files and checks.
 
 Run with the environment of tests/onnx/setup-env.sh:
-    /work/venv-onnx/bin/python tests/onnx/export.py [--only NAME ...] [--full DIR]
+    ~/.cache/collage/onnx-venv/bin/python tests/onnx/export.py [--only NAME ...] [--full DIR]
 """
 
 import argparse

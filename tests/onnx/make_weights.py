@@ -23,7 +23,7 @@ tests/fixtures/onnx/ir3_initializer_inputs-opset7/
     IR version 3, opset 7: the initializers are also listed as graph inputs (with their types);
     Gemm, Relu, BatchNormalization-7, Softmax-1 (2-D coercion), Unsqueeze-1 (axes attribute).
 
-Usage: /work/venv-onnx/bin/python tests/onnx/make_weights.py [--out tests/fixtures/onnx]
+Usage: ~/.cache/collage/onnx-venv/bin/python tests/onnx/make_weights.py [--out tests/fixtures/onnx]
 """
 
 import argparse

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Environment for the ONNX fixture scripts in tests/onnx/ (export.py, make_large.py,
-# make_external.py) and for checking collage against ONNX Runtime.
+# make_weights.py) and for checking collage against ONNX Runtime.
 #
-# Usage: tests/onnx/setup-env.sh [VENV_DIR]        (default: /work/venv-onnx)
+# Usage: tests/onnx/setup-env.sh [VENV_DIR]        (default: ~/.cache/collage/onnx-venv)
 #
 # - Debian packages (bookworm): python3-torch 1.13 and python3-torchvision 0.14 (CPU builds),
 #   with Debian's numpy 1.24; installed with apt-get when missing (needs root).
@@ -14,7 +14,7 @@
 # Keep the environment outside the repository. Afterwards: VENV_DIR/bin/python tests/onnx/export.py
 set -euo pipefail
 
-venv=${1:-/work/venv-onnx}
+venv=${1:-$HOME/.cache/collage/onnx-venv}
 
 # Pins: tests/onnx/requirements.txt (transformers 4.36.2, onnx 1.22.0, onnxruntime 1.23.2,
 # numpy<2, and their dependencies).

@@ -4,8 +4,8 @@
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
 //! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx`
 //! files and I/O, `E10xx`-`E18xx` the rules language, `E21xx` partitioning, `E22xx` the
-//! bounds of candidate enumeration, `E23xx` execution, `E24xx` measurement. A `W` code is a
-//! warning numbered in the same ranges.
+//! bounds of candidate enumeration, `E23xx` execution, `E24xx` measurement (`E2440`-`E2459`
+//! ONNX Runtime). A `W` code is a warning numbered in the same ranges.
 
 use super::Code;
 
@@ -253,6 +253,17 @@ codes! {
     E2405 = "E2405", "cannot clear the cache";
     /// `--raise-priority` could not raise the scheduling weight (a warning).
     W2406 = "W2406", "cannot raise the priority";
+
+    /// ONNX Runtime was asked for on a machine without it (not found, or refused).
+    E2440 = "E2440", "ONNX Runtime not available";
+    /// ONNX Runtime could not open a model (its message in the note).
+    E2441 = "E2441", "ONNX Runtime cannot open the model";
+    /// ONNX Runtime failed while running a model (its message in the note).
+    E2442 = "E2442", "ONNX Runtime run failed";
+    /// Inputs for ONNX Runtime that do not fit the model (name, dtype, shape, missing, twice).
+    E2443 = "E2443", "invalid ONNX Runtime input";
+    /// An output of ONNX Runtime that is not a tensor of a supported dtype.
+    E2444 = "E2444", "unsupported ONNX Runtime output";
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //!
 //! Ranges: `E01xx` lexical, `E02xx` syntax, `E03xx` names, `E04xx` calls and attributes,
 //! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx`
-//! files and I/O (`E095x`-`E097x`: command-line flags and their limits), `E10xx`-`E18xx` the rules language, `E21xx` partitioning, `E22xx` the
-//! bounds of candidate enumeration, `E23xx` execution, `E24xx` measurement. A `W` code is a
-//! warning numbered in the same ranges.
+//! files and I/O (`E095x`-`E097x`: command-line flags and their limits), `E10xx`-`E18xx` the
+//! rules language, `E21xx` partitioning, `E22xx` the bounds of candidate enumeration, `E23xx`
+//! execution, `E24xx` measurement (`E2440`-`E2459` ONNX Runtime). A `W` code is a warning
+//! numbered in the same ranges.
 
 use super::Code;
 
@@ -284,6 +285,17 @@ codes! {
     /// `collage cache clear` left files collage did not write, or that a running collage
     /// uses (a warning).
     W2412 = "W2412", "cache clear left files";
+
+    /// ONNX Runtime was asked for on a machine without it (not found, or refused).
+    E2440 = "E2440", "ONNX Runtime not available";
+    /// ONNX Runtime could not open a model (its message in the note).
+    E2441 = "E2441", "ONNX Runtime cannot open the model";
+    /// ONNX Runtime failed while running a model (its message in the note).
+    E2442 = "E2442", "ONNX Runtime run failed";
+    /// Inputs for ONNX Runtime that do not fit the model (name, dtype, shape, missing, twice).
+    E2443 = "E2443", "invalid ONNX Runtime input";
+    /// An output of ONNX Runtime that is not a tensor of a supported dtype.
+    E2444 = "E2444", "unsupported ONNX Runtime output";
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// One backend's row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
-    /// `reference`, `native`, `dnnl`, `openblas`.
+    /// `reference`, `native`, `dnnl`, `openblas`, `onnxruntime`.
     pub name: &'static str,
     /// What runs it.
     pub what: &'static str,
@@ -16,7 +16,8 @@ pub struct Backend {
 }
 
 /// Every backend, in a fixed order: the reference interpreter, native code through the system
-/// C compiler (`$CC`, else `cc`), oneDNN and OpenBLAS.
+/// C compiler (`$CC`, else `cc`), oneDNN, OpenBLAS and ONNX Runtime (found in the `onnxruntime`
+/// Python package: `ffi::ort`).
 pub fn backends() -> Vec<Backend> {
     vec![
         Backend {
@@ -43,6 +44,11 @@ pub fn backends() -> Vec<Backend> {
             name: "openblas",
             what: "OpenBLAS (cblas_sgemm)",
             state: crate::ffi::openblas::availability(),
+        },
+        Backend {
+            name: "onnxruntime",
+            what: "ONNX Runtime, CPU execution provider (the yardstick of `collage bench`)",
+            state: crate::ffi::ort::availability(),
         },
     ]
 }

@@ -1,5 +1,7 @@
 //! Foreign-function layers for the CPU libraries the backends run on: oneDNN 2.x ([`dnnl`]),
-//! OpenBLAS ([`openblas`]) and the OpenMP runtime they share ([`omp`]).
+//! OpenBLAS ([`openblas`]) and the OpenMP runtime they share ([`omp`]); and ONNX Runtime
+//! ([`ort`]), the yardstick `collage bench` compares with, through the `ort` crate (found in the
+//! `onnxruntime` Python package rather than a Debian package: see that module).
 //!
 //! Every library is loaded at run time with `libloading` (never linked when the crate is built,
 //! no bindgen), from hand-written declarations of the C functions used, so the crate builds and
@@ -18,6 +20,7 @@
 pub mod dnnl;
 pub mod omp;
 pub mod openblas;
+pub mod ort;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fmt;

@@ -305,7 +305,10 @@ fn backends_lists_every_backend_with_its_library() {
         .iter()
         .map(|b| b["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["reference", "native", "dnnl", "openblas"]);
+    assert_eq!(
+        names,
+        ["reference", "native", "dnnl", "openblas", "onnxruntime"]
+    );
     for (name, package) in [("dnnl", "libdnnl2"), ("openblas", "libopenblas0-openmp")] {
         let b = backend(&v, name);
         assert_eq!(

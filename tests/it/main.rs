@@ -24,6 +24,7 @@ mod metadata;
 mod models;
 mod mutate;
 mod native;
+mod ort;
 mod output;
 mod partition;
 mod partition_e2e;

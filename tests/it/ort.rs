@@ -1,0 +1,313 @@
+//! ONNX Runtime through `collage::ffi::ort`: the committed ONNX fixtures run and give the outputs
+//! ONNX Runtime gave when they were made (`tests/onnx/README.md`); models ONNX Runtime refuses
+//! and inputs that do not fit are diagnostics; without the library, `collage backends` says why
+//! and exits 0.
+//!
+//! The tests that need the library find it as collage does (`COLLAGE_ORT_LIBRARY`, else the
+//! `onnxruntime` package of `VIRTUAL_ENV`'s python or of `python3`). Where it is missing they
+//! print that they skipped and pass, unless `COLLAGE_REQUIRE_ORT=1` (which `.ci/run` sets):
+//! then they fail with the reason.
+
+use crate::support::root;
+use collage::exec::tensor::Tensor;
+use collage::ffi::ort::{self, OnnxRuntime, Session, Settings};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// ONNX Runtime, or `None` after saying why the test is skipped; fails instead when
+/// `COLLAGE_REQUIRE_ORT=1`.
+fn runtime_or_skip(test: &str) -> Option<&'static OnnxRuntime> {
+    match ort::runtime() {
+        Ok(rt) => Some(rt),
+        Err(why) => {
+            let message = ort::unavailable_message(&why);
+            if std::env::var("COLLAGE_REQUIRE_ORT").as_deref() == Ok("1") {
+                panic!("{test}: COLLAGE_REQUIRE_ORT=1 but {message}");
+            }
+            eprintln!("{test}: skipped: {message}");
+            None
+        }
+    }
+}
+
+fn npy(path: &Path) -> Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    collage::exec::npy::read(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every fixture folder with a `manifest.json`, sorted (the model folders and `external/*`).
+fn fixtures() -> Vec<PathBuf> {
+    let base = root().join("tests/fixtures/onnx");
+    let mut out = Vec::new();
+    let mut stack = vec![base];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.join("manifest.json").is_file() {
+                    out.push(p.clone());
+                }
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// The manifest's inputs, read from their `.npy` files.
+fn inputs_of(dir: &Path, m: &serde_json::Value) -> Vec<(String, Tensor)> {
+    m["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap().to_string(),
+                npy(&dir.join(i["file"].as_str().unwrap())),
+            )
+        })
+        .collect()
+}
+
+/// The largest difference between two tensors of the same dtype and shape, relative to
+/// 1 + |expected| (0 when they are equal bit for bit; integers must be equal).
+fn difference(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.dtype(), want.dtype());
+    assert_eq!(got.shape(), want.shape());
+    if got.bytes() == want.bytes() {
+        return 0.0;
+    }
+    (0..want.numel())
+        .map(|i| {
+            let (a, b) = (got.get_f64(i), want.get_f64(i));
+            (a - b).abs() / (1.0 + b.abs())
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Runs every fixture that has inputs and outputs; returns (fixture, output, difference).
+fn run_fixtures(rt: &OnnxRuntime, threads: usize) -> Vec<(String, String, f64)> {
+    let mut report = Vec::new();
+    for dir in fixtures() {
+        let m = manifest(&dir);
+        if m["expect"] == "refused" || m["outputs"].as_array().is_none() {
+            continue;
+        }
+        let name = dir.strip_prefix(root()).unwrap().display().to_string();
+        let mut session = Session::open(rt, &dir.join("model.onnx"), Settings::threads(threads))
+            .unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let inputs = inputs_of(&dir, &m);
+        let feed: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let outputs = session
+            .run(&feed)
+            .unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let wanted = m["outputs"].as_array().unwrap();
+        assert_eq!(outputs.len(), wanted.len(), "{name}");
+        for w in wanted {
+            let out = w["name"].as_str().unwrap();
+            let (_, got) = outputs
+                .iter()
+                .find(|(n, _)| n == out)
+                .unwrap_or_else(|| panic!("{name}: no output {out}"));
+            let want = npy(&dir.join(w["file"].as_str().unwrap()));
+            report.push((name.clone(), out.to_string(), difference(got, &want)));
+        }
+    }
+    report
+}
+
+/// One thread, the settings the fixtures were made with: ONNX Runtime's outputs again, exactly
+/// or within 1e-6.
+#[test]
+fn ort_runs_every_fixture_as_when_it_was_made() {
+    let Some(rt) = runtime_or_skip("ort_runs_every_fixture_as_when_it_was_made") else {
+        return;
+    };
+    let report = run_fixtures(rt, 1);
+    assert!(report.len() >= 10, "only {} outputs compared", report.len());
+    for (fixture, output, diff) in &report {
+        eprintln!("{fixture} {output}: {diff:.3e}");
+    }
+    let bad: Vec<_> = report.iter().filter(|r| r.2 > 1e-6).collect();
+    assert!(bad.is_empty(), "differ beyond 1e-6: {bad:?}");
+}
+
+/// Two intra-op threads split the work differently (sums in another order): still within 1e-4.
+#[test]
+fn ort_with_two_threads_agrees() {
+    let Some(rt) = runtime_or_skip("ort_with_two_threads_agrees") else {
+        return;
+    };
+    let report = run_fixtures(rt, 2);
+    let bad: Vec<_> = report.iter().filter(|r| r.2 > 1e-4).collect();
+    assert!(bad.is_empty(), "differ beyond 1e-4: {bad:?}");
+}
+
+/// The external-data fixtures whose data does not fit (an offset or length past the file, a
+/// length that contradicts the shape) are refused by ONNX Runtime too: E2441 with its message.
+///
+/// The three whose location leaves the model's folder (`bad_absolute`, `bad_parent`,
+/// `bad_symlink`) are not among them: ONNX Runtime 1.23.2 opens a model from its path and reads
+/// such locations (docs/backends.md, "ONNX Runtime"); collage's importer is what refuses them.
+#[test]
+fn ort_refuses_bad_external_data_with_a_diagnostic() {
+    let Some(rt) = runtime_or_skip("ort_refuses_bad_external_data_with_a_diagnostic") else {
+        return;
+    };
+    for name in ["bad_length", "bad_offset", "bad_shape_length"] {
+        let dir = root().join("tests/fixtures/onnx/external").join(name);
+        assert_eq!(manifest(&dir)["expect"], "refused", "{name}");
+        let err = match Session::open(rt, &dir.join("model.onnx"), Settings::threads(1)) {
+            Ok(_) => panic!("{name}: opened"),
+            Err(d) => d,
+        };
+        assert_eq!(err.code.id, "E2441", "{err:?}");
+        assert!(err.message.contains("model.onnx"), "{err:?}");
+        assert!(err.notes[0].contains("fc2.weight"), "{err:?}");
+    }
+    // Not an ONNX file at all.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.onnx");
+    std::fs::write(&junk, b"not a protobuf").unwrap();
+    let err = Session::open(rt, &junk, Settings::threads(1))
+        .err()
+        .unwrap();
+    assert_eq!(err.code.id, "E2441");
+}
+
+/// Inputs that do not fit the model are E2443, named.
+#[test]
+fn ort_checks_inputs() {
+    let Some(rt) = runtime_or_skip("ort_checks_inputs") else {
+        return;
+    };
+    let dir = root().join("tests/fixtures/onnx/external/tiny_mlp");
+    let mut s = Session::open(rt, &dir.join("model.onnx"), Settings::threads(1)).unwrap();
+    assert_eq!(s.inputs().len(), 1);
+    assert_eq!(s.inputs()[0].name, "x");
+    assert_eq!(s.inputs()[0].dtype, Some(collage::ir::DType::F32));
+    assert_eq!(s.inputs()[0].dims, [None, Some(4)]);
+    let x = npy(&dir.join("input_x.npy"));
+    let expect = |r: Result<_, collage::diag::Diagnostic>, what: &str| {
+        let d = r.err().unwrap_or_else(|| panic!("{what}: accepted"));
+        assert_eq!(d.code.id, "E2443", "{what}: {d:?}");
+        d.message
+    };
+    let m = expect(s.run(&[("y", &x)]), "unknown name");
+    assert!(m.contains("no input `y`") && m.contains("x"), "{m}");
+    let m = expect(s.run(&[]), "missing");
+    assert!(m.contains("`x` is missing"), "{m}");
+    let m = expect(s.run(&[("x", &x), ("x", &x)]), "twice");
+    assert!(m.contains("twice"), "{m}");
+    let ints = Tensor::zeros(collage::ir::DType::I64, x.shape()).unwrap();
+    let m = expect(s.run(&[("x", &ints)]), "dtype");
+    assert!(m.contains("int64") && m.contains("f32"), "{m}");
+    let wide = Tensor::zeros(collage::ir::DType::F32, &[3, 5]).unwrap();
+    let m = expect(s.run(&[("x", &wide)]), "extent");
+    assert!(m.contains("[?, 4]"), "{m}");
+    // Another batch than the fixture's is fine: the axis is symbolic.
+    let batch = Tensor::zeros(collage::ir::DType::F32, &[7, 4]).unwrap();
+    let out = s.run(&[("x", &batch)]).unwrap();
+    assert_eq!(out[0].1.shape()[0], 7);
+}
+
+fn backends_json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd
+        .args(["backends", "--format", "json"])
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn onnxruntime_row(v: &serde_json::Value) -> serde_json::Value {
+    v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "onnxruntime")
+        .cloned()
+        .unwrap_or_else(|| panic!("no onnxruntime row: {v}"))
+}
+
+/// Without the library, `collage backends` lists ONNX Runtime as unavailable with the reason
+/// and still exits 0: once through `COLLAGE_ORT_LIBRARY` naming a missing file, once with no
+/// variable, no virtual environment and no python on `PATH`.
+#[test]
+fn backends_says_why_onnx_runtime_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("libonnxruntime.so.1.23.2");
+    let bin = env!("CARGO_BIN_EXE_collage");
+    let v = backends_json(
+        Command::new(bin)
+            .current_dir(dir.path())
+            .env("COLLAGE_ORT_LIBRARY", &missing),
+    );
+    let row = onnxruntime_row(&v);
+    assert_eq!(row["available"], false, "{row}");
+    let error = row["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("ONNX Runtime is not available"),
+        "{error}"
+    );
+    assert!(error.contains("COLLAGE_ORT_LIBRARY names"), "{error}");
+    assert!(error.contains("pip install onnxruntime==1.23.2"), "{error}");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = Command::new(bin)
+        .arg("backends")
+        .current_dir(dir.path())
+        .env_remove("COLLAGE_ORT_LIBRARY")
+        .env_remove("VIRTUAL_ENV")
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("onnxruntime: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("COLLAGE_ORT_LIBRARY is not set"), "{line}");
+    assert!(line.contains("no `python3` on PATH"), "{line}");
+    // The other backends are listed as before.
+    assert!(text.contains("\nreference "), "{text}");
+}
+
+/// Where the library is found, `collage backends` gives its version (asked of the library)
+/// and path, and says how it was found.
+#[test]
+fn backends_lists_onnx_runtime_with_its_version() {
+    let Some(rt) = runtime_or_skip("backends_lists_onnx_runtime_with_its_version") else {
+        return;
+    };
+    assert!(ort::parse_version(&rt.version).is_some_and(|(a, b)| a == 1 && b >= 17));
+    assert!(
+        rt.build_info.contains("ORT Build Info"),
+        "{}",
+        rt.build_info
+    );
+    let row = onnxruntime_row(&backends_json(&mut Command::new(env!(
+        "CARGO_BIN_EXE_collage"
+    ))));
+    assert_eq!(row["available"], true, "{row}");
+    let version = row["version"].as_str().unwrap();
+    assert!(
+        version.starts_with(&format!("{} (", rt.version)),
+        "{version}"
+    );
+    assert!(version.contains(&rt.how), "{version}");
+    let path = row["path"].as_str().unwrap();
+    assert!(Path::new(path).is_file(), "{path}");
+    assert_eq!(Path::new(path), rt.path);
+}

@@ -241,7 +241,7 @@ def external_cases(root, rng, command):
         save_with_files(folder, m, files)
         if case == "bad_symlink":
             os.symlink("../tiny_mlp/weights.bin", os.path.join(folder, "link.bin"))
-        # What onnx's checker and ONNX Runtime make of it (recorded; they refuse all six).
+        # What onnx's checker, then ONNX Runtime, make of it (recorded; the checker refuses all six).
         try:
             onnx.checker.check_model(os.path.join(folder, "model.onnx"), full_check=True)
             ort_run(os.path.join(folder, "model.onnx"), {"x": x})
@@ -251,7 +251,7 @@ def external_cases(root, rng, command):
         manifest = {"name": case, "file": "model.onnx", "expect": "refused", "tensor": tensor,
                     "what": what,
                     "external_data": {e.key: e.value for e in t.external_data},
-                    "onnx_and_onnxruntime_refuse": not accepted, "command": command}
+                    "onnx_checker_or_onnxruntime_refuses": not accepted, "command": command}
         with open(os.path.join(folder, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1)
             f.write("\n")

@@ -250,7 +250,7 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
                             );
                             for (p, why) in c.left.iter().take(10) {
                                 let shown = p.strip_prefix(&k).unwrap_or(p);
-                                w = w.with_note(format!("left `{}` ({why})", shown.display()));
+                                w = w.with_note(format!("{} ({why})", shown.display()));
                             }
                             if c.left.len() > 10 {
                                 w = w.with_note(format!("... and {} more", c.left.len() - 10));

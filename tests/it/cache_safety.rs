@@ -162,7 +162,7 @@ fn cache_clear_leaves_what_collage_did_not_write() {
     }
     for listed in ["entries/README", "lib/helper.so", "tmp/theirs"] {
         assert!(
-            err.contains(&format!("  {listed} (not written by collage)")),
+            err.contains(&format!("= {listed} (not written by collage)")),
             "{err}"
         );
     }

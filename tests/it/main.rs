@@ -22,6 +22,7 @@ mod metadata;
 mod models;
 mod mutate;
 mod native;
+mod onnx;
 mod output;
 mod partition;
 mod partition_e2e;

@@ -709,3 +709,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_model_path_that_is_not_a_regular_file_is_e0901_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = load_file(dir.path()).unwrap_err();
+    assert_eq!(e[0].code, E0901);
+    let e = load_file(&dir.path().join("missing.onnx")).unwrap_err();
+    assert_eq!(e[0].code, E0901);
+    #[cfg(unix)]
+    {
+        let fifo = dir.path().join("fifo.onnx");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo has no other preconditions.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = load_file(&fifo).unwrap_err();
+        assert_eq!(e[0].code, E0901, "a FIFO is refused before it is opened");
+    }
+}

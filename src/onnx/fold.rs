@@ -30,6 +30,11 @@ use rustc_hash::FxHashMap;
 /// any memory for it is taken.
 pub const MAX_FOLD_ELEMENTS: usize = 1 << 20;
 
+/// The most elements all folded values of one model may have together (2^24, 128 MiB of
+/// int64): past it, further nodes are left unfolded (W3054), so that many nodes each under
+/// [`MAX_FOLD_ELEMENTS`] cannot add up to an unbounded amount of memory either.
+pub const MAX_FOLD_TOTAL: usize = 1 << 24;
+
 /// The static shape of a value, when known.
 pub trait ShapeOracle {
     /// The shape of the value called `name`, or `None` when it is not known.
@@ -238,6 +243,7 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
     }
     let mut out = Folding::default();
     let mut errors = Vec::new();
+    let mut total = 0usize;
     for node in &model.graph.nodes {
         let shape_of = |name: &str| -> Option<Vec<u64>> {
             if let Some(v) = known.get(name) {
@@ -280,6 +286,21 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                 let Some(o) = node.outputs.first().filter(|o| !o.is_empty()) else {
                     continue;
                 };
+                if total + v.data.len() > MAX_FOLD_TOTAL {
+                    out.warnings.push(
+                        Diagnostic::warning(
+                            W3054,
+                            format!(
+                                "the values folded so far hold {total} elements; this one would \
+                                 pass the total limit of {MAX_FOLD_TOTAL}, so the node is left \
+                                 to run"
+                            ),
+                        )
+                        .with_place(node.place(&model.file, model.opset)),
+                    );
+                    continue;
+                }
+                total += v.data.len();
                 out.values.insert(o.clone(), v.to_tensor());
                 out.folded.push(node.index);
                 known.insert(o.as_str(), v);
@@ -1373,6 +1394,48 @@ mod tests {
             run("Expand", 13, vec![], &[Some(&one), Some(&wide)]),
             Err(Skip::TooBig(_))
         ));
+    }
+
+    #[test]
+    fn folded_values_have_a_total_limit() {
+        use crate::onnx::model::{Graph, Model, Weight};
+        let shape = TensorData::new(
+            DType::I64,
+            vec![1],
+            Bytes::from((MAX_FOLD_ELEMENTS as i64).to_le_bytes().to_vec()),
+        )
+        .unwrap();
+        let per_node = MAX_FOLD_TOTAL / MAX_FOLD_ELEMENTS;
+        let nodes = (0..per_node + 2)
+            .map(|k| Node {
+                index: k,
+                name: format!("c{k}"),
+                op_type: "ConstantOfShape".into(),
+                inputs: vec!["shape".into()],
+                outputs: vec![format!("o{k}")],
+                attributes: vec![],
+            })
+            .collect();
+        let model = Model {
+            file: "m.onnx".into(),
+            ir_version: 8,
+            producer: String::new(),
+            opset: 13,
+            graph: Graph {
+                weights: vec![Weight {
+                    name: "shape".into(),
+                    data: shape,
+                    constant_node: None,
+                }],
+                nodes,
+                ..Graph::default()
+            },
+            warnings: vec![],
+        };
+        let f = fold(&model, &DeclaredShapes::default()).unwrap();
+        assert_eq!(f.folded.len(), per_node);
+        let warned: Vec<_> = f.warnings.iter().map(|d| d.code).collect();
+        assert_eq!(warned, [W3054, W3054]);
     }
 
     #[test]

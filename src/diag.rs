@@ -56,6 +56,53 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     /// Free-form notes and help lines.
     pub notes: Vec<String>,
+    /// Where in a model without source text (an ONNX file) the problem is, when it has no span.
+    pub place: Option<Box<ModelPlace>>,
+}
+
+/// A place in a model file that has no text to point into: the file, and the node or tensor
+/// concerned. Rendered as the first note of the diagnostic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelPlace {
+    /// The model file as given by the user (or a description such as `<bytes>`).
+    pub file: String,
+    /// The node: its position in the file's node list, its name (may be empty) and operator.
+    pub node: Option<NodePlace>,
+    /// The tensor or value concerned, when the problem is about one.
+    pub tensor: Option<String>,
+    /// The operator set version in force for the node's domain, when known.
+    pub opset: Option<i64>,
+}
+
+/// A node of a model file, as named in a [`ModelPlace`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlace {
+    /// Position in the file's node list, from 0.
+    pub index: usize,
+    /// The node's name (ONNX names are optional, so it may be empty).
+    pub name: String,
+    /// The operator type, such as `Gemm`.
+    pub op_type: String,
+}
+
+impl std::fmt::Display for ModelPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "in {}", self.file)?;
+        if let Some(n) = &self.node {
+            write!(f, ", node #{} ", n.index)?;
+            if !n.name.is_empty() {
+                write!(f, "`{}` ", n.name)?;
+            }
+            write!(f, "({})", n.op_type)?;
+        }
+        if let Some(t) = &self.tensor {
+            write!(f, ", value `{t}`")?;
+        }
+        if let Some(v) = self.opset {
+            write!(f, ", opset {v}")?;
+        }
+        Ok(())
+    }
 }
 
 impl Diagnostic {
@@ -67,6 +114,7 @@ impl Diagnostic {
             message: message.into(),
             labels: Vec::new(),
             notes: Vec::new(),
+            place: None,
         }
     }
 
@@ -104,6 +152,12 @@ impl Diagnostic {
     /// Adds a note.
     pub fn with_note(mut self, note: impl Into<String>) -> Diagnostic {
         self.notes.push(note.into());
+        self
+    }
+
+    /// Sets the place in a model file without text (for diagnostics that have no span).
+    pub fn with_place(mut self, place: ModelPlace) -> Diagnostic {
+        self.place = Some(Box::new(place));
         self
     }
 
@@ -339,9 +393,10 @@ fn to_codespan(d: &Diagnostic, sources: &SourceMap) -> cs::Diagnostic<FileId> {
         .with_message(escape_controls(&d.message).into_owned())
         .with_labels(labels)
         .with_notes(
-            d.notes
+            d.place
                 .iter()
-                .map(|n| escape_controls(n).into_owned())
+                .map(|p| escape_controls(&p.to_string()).into_owned())
+                .chain(d.notes.iter().map(|n| escape_controls(n).into_owned()))
                 .collect(),
         )
 }
@@ -435,6 +490,28 @@ mod tests {
         // The source line keeps its columns: the control is one `?` per byte.
         assert!(text.contains("%x?[2J = 1;??31m"), "{text}");
         assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+    }
+
+    #[test]
+    fn a_model_place_is_rendered_as_the_first_note() {
+        let sm = SourceMap::new();
+        let d = Diagnostic::error(E0201, "bad node")
+            .with_note("later note")
+            .with_place(ModelPlace {
+                file: "m.onnx".into(),
+                node: Some(NodePlace {
+                    index: 3,
+                    name: "Add_3".into(),
+                    op_type: "Add".into(),
+                }),
+                tensor: Some("x".into()),
+                opset: Some(13),
+            });
+        let text = render_plain(&d, &sm);
+        let place = text
+            .find("in m.onnx, node #3 `Add_3` (Add), value `x`, opset 13")
+            .expect(&text);
+        assert!(place < text.find("later note").unwrap(), "{text}");
     }
 
     #[test]

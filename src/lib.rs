@@ -18,6 +18,7 @@ pub mod gen;
 pub mod ir;
 pub mod library;
 pub mod measure;
+pub mod onnx;
 pub mod ops;
 pub mod partition;
 pub mod relay;

@@ -5,8 +5,9 @@
 //! `E05xx` types, `E06xx` meta references and the metadata section, `E07xx` devices, `E09xx`
 //! files and I/O (`E095x`-`E097x`: command-line flags and their limits), `E10xx`-`E18xx` the
 //! rules language, `E21xx` partitioning, `E22xx` the bounds of candidate enumeration, `E23xx`
-//! execution, `E24xx` measurement (`E2440`-`E2459` ONNX Runtime). A `W` code is a warning
-//! numbered in the same ranges.
+//! execution, `E24xx` measurement (`E2440`-`E2459` ONNX Runtime), `E30xx` the ONNX front end
+//! (decoding, weights, validation, shape binding and folding). A `W` code is a warning numbered
+//! in the same ranges (its number differs from every `E` code's).
 
 use super::Code;
 
@@ -296,6 +297,59 @@ codes! {
     E2443 = "E2443", "invalid ONNX Runtime input";
     /// An output of ONNX Runtime that is not a tensor of a supported dtype.
     E2444 = "E2444", "unsupported ONNX Runtime output";
+
+    /// Bytes that do not decode as an ONNX model (truncated, garbage, or not a protobuf).
+    E3001 = "E3001", "malformed onnx file";
+    /// An IR version below 3 (or none): models without operator set imports.
+    E3002 = "E3002", "unsupported onnx ir version";
+    /// A model without a graph or without an import of the default operator set.
+    E3003 = "E3003", "incomplete onnx model";
+    /// A node of a domain other than the default ONNX one (`ai.onnx`).
+    E3004 = "E3004", "unsupported operator domain";
+    /// `If`, `Loop`, `Scan` or an attribute holding a graph: control flow is out of scope.
+    E3005 = "E3005", "control flow is out of scope";
+    /// A training operator (`ai.onnx.training`, `ai.onnx.preview.training`, `Gradient`, ...).
+    E3006 = "E3006", "training operators are out of scope";
+    /// Two producers (inputs, weights, node outputs) of one value name.
+    E3007 = "E3007", "duplicate value name";
+    /// A value used by a node or listed as a graph output with no producer.
+    E3008 = "E3008", "undefined value";
+    /// The nodes' dependencies form a cycle.
+    E3009 = "E3009", "graph has a cycle";
+    /// A data type collage does not take (strings, complex, 8- and 4-bit floats, 4-bit ints).
+    E3010 = "E3010", "unsupported data type";
+    /// A negative dimension, or dimensions whose element count overflows or exceeds the limit.
+    E3011 = "E3011", "invalid tensor shape";
+    /// Tensor data whose size disagrees with its data type and shape.
+    E3012 = "E3012", "tensor data do not match the shape";
+    /// An external data location that is absolute or leads out of the model's folder.
+    E3013 = "E3013", "external data location refused";
+    /// An external data offset or length past the end of its file.
+    E3014 = "E3014", "external data out of range";
+    /// An external data file that cannot be opened or mapped, or a malformed entry.
+    E3015 = "E3015", "cannot read external data";
+    /// A node or attribute that breaks the format's rules (a `Constant` without a value, ...).
+    E3016 = "E3016", "malformed node";
+    /// Sparse initializers and sparse constants are not supported.
+    E3017 = "E3017", "sparse tensors are not supported";
+    /// An input shape or dimension binding that is not `name=1x3x224x224` or `symbol=8`.
+    E3018 = "E3018", "malformed shape binding";
+    /// A binding for an input that does not exist, of the wrong rank, or against a fixed size.
+    E3019 = "E3019", "shape binding does not fit";
+    /// Input dimensions left without a size.
+    E3020 = "E3020", "unbound input dimensions";
+    /// A shape computation on known values that has no result (an index out of range, a
+    /// division by zero, a reshape of the wrong size, ...).
+    E3021 = "E3021", "cannot fold a shape computation";
+    /// Nodes listed out of topological order; they are sorted (a warning).
+    W3051 = "W3051", "nodes not in topological order";
+    /// An IR version newer than collage knows; the model is read as the newest known (a warning).
+    W3052 = "W3052", "newer onnx ir version";
+    /// A dimension binding for a symbol that no input has (a warning).
+    W3053 = "W3053", "unused dimension binding";
+    /// A shape computation whose result would exceed the folding limit is left unfolded (a
+    /// warning).
+    W3054 = "W3054", "shape computation left unfolded";
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod metadata;
 mod models;
 mod mutate;
 mod native;
+mod onnx;
 mod ort;
 mod output;
 mod partition;

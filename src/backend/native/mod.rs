@@ -262,7 +262,11 @@ impl Native {
             .map_err(|m| Unsupported::op(format!("native code generation failed: {m}"), span))?;
         let compiler = self.compiler().map_err(|m| Unsupported::op(m, span))?;
         let source = format!("{}{}", prelude(self.isa, &gen.features), gen.body);
-        let flags = format!("{} {}", compile::FLAGS.join(" "), compile::LIBS.join(" "));
+        let flags = format!(
+            "{} {}",
+            compiler.flags.flags().join(" "),
+            compile::LIBS.join(" ")
+        );
         let key = cache::hash128(&[
             cache::GENERATOR.as_bytes(),
             compiler.identity.as_bytes(),
@@ -488,7 +492,7 @@ impl Backend for Native {
                 "{} ({}; {})",
                 cache::GENERATOR,
                 c.version,
-                compile::FLAGS.join(" ")
+                c.flags.flags().join(" ")
             ),
             Err(_) => format!("{} (no C compiler)", cache::GENERATOR),
         }

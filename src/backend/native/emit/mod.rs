@@ -741,7 +741,7 @@ impl<'a> Cx<'a> {
                 let x = self.operand(n, *a, ix);
                 CV::new(
                     format!(
-                        "fminf(fmaxf({}, {}), {})",
+                        "({0} != {0} ? {0} : fminf(fmaxf({0}, {1}), {2}))",
                         x.text,
                         scalar::float_lit(*lo),
                         scalar::float_lit(*hi)
@@ -1325,6 +1325,10 @@ impl<'a> Cx<'a> {
             Red::Min => scalar::float_lit(big),
         };
         self.line(format!("float {acc} = {init};"));
+        // Sums are the one place where additions may be reassociated: the loop asks for it.
+        if matches!(kind, Red::Sum | Red::Mean) && !red_dims.is_empty() {
+            self.line(simd_reduction(&acc, red_dims.len()));
+        }
         let rvs = self.loops(&red_dims, 0);
         // Input coordinates.
         let mut ix = Vec::with_capacity(in_dims.len());
@@ -1345,8 +1349,9 @@ impl<'a> Cx<'a> {
         let v = scalar::convert(&v, Class::F);
         match kind {
             Red::Sum | Red::Mean => self.line(format!("{acc} += {v};")),
-            Red::Max => self.line(format!("{acc} = {v} > {acc} ? {v} : {acc};")),
-            Red::Min => self.line(format!("{acc} = {v} < {acc} ? {v} : {acc};")),
+            // As the interpreter: a NaN element replaces the accumulator.
+            Red::Max => self.line(format!("{acc} = {v} > {acc} || {v} != {v} ? {v} : {acc};")),
+            Red::Min => self.line(format!("{acc} = {v} < {acc} || {v} != {v} ? {v} : {acc};")),
         }
         self.close_n(red_dims.len());
         if kind == Red::Mean {
@@ -1354,6 +1359,16 @@ impl<'a> Cx<'a> {
         }
         self.epilogue(a, r, CV::new(acc, Class::F), &oix);
         self.close_n(out_dims.len());
+    }
+}
+
+/// The pragma before the loops of a sum into `acc` over `depth` perfectly nested loops: the
+/// compiler may split the sum into vector lanes (the only reassociation the kernels allow).
+pub(crate) fn simd_reduction(acc: &str, depth: usize) -> String {
+    if depth > 1 {
+        format!("#pragma omp simd reduction(+:{acc}) collapse({depth})")
+    } else {
+        format!("#pragma omp simd reduction(+:{acc})")
     }
 }
 

@@ -37,7 +37,8 @@ fn native_options(n: &Arc<Native>, threads: usize) -> Options {
 }
 
 /// The tolerance of generated code against exact values: the case's own, widened to what
-/// `-ffast-math` and `float32` intermediates allow (docs/native.md, "Numerics").
+/// vectorised sums, fused multiply-adds, vector math and `float32` intermediates allow
+/// (docs/native.md, "Numerics").
 fn widened(dtype: DType, rtol: f64, atol: f64) -> (f64, f64) {
     if !dtype.is_float() {
         return (rtol, atol);

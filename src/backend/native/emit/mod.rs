@@ -739,9 +739,14 @@ impl<'a> Cx<'a> {
             }
             NOp::Clip(a, lo, hi) => {
                 let x = self.operand(n, *a, ix);
+                let x = self.bind(x);
                 CV::new(
                     format!(
-                        "({0} != {0} ? {0} : fminf(fmaxf({0}, {1}), {2}))",
+                        // The interpreter's `x.max(lo).min(hi)` (Rust's: on a tie the
+                        // receiver, so clip(-0, 0, 6) is -0): `lo > x ? lo : x`, then
+                        // `hi < t ? hi : t`; NaN passes through both selects. Compiles to
+                        // maxps/minps with these operand orders (fmaxf/fminf are calls).
+                        "({2} < ({1} > {0} ? {1} : {0}) ? {2} : ({1} > {0} ? {1} : {0}))",
                         x.text,
                         scalar::float_lit(*lo),
                         scalar::float_lit(*hi)
@@ -1064,48 +1069,28 @@ impl<'a> Cx<'a> {
         self.text.len()
     }
 
-    /// Puts `#pragma omp simd` before the loop whose header is the first line after `at`
-    /// (a [`Cx::mark`]), once the loop is emitted; see [`Cx::simd_loop`].
+    /// Puts `#pragma omp simd` before the loop whose header is the first line after `at` (a
+    /// [`Cx::mark`]), once the loop is emitted. The loop's iterations must be independent (each
+    /// writes its own output elements and only reads inputs) and it must not be collapsed into
+    /// a parallel loop. Not when the body sets the error flag (an atomic store) or holds a loop
+    /// of its own. The pragma is what vectorises these loops without `-ffast-math`: the
+    /// kernel's pointers lose `restrict` in the function OpenMP outlines, so GCC otherwise keeps
+    /// them scalar, recomputing loop-invariant square roots and divisors per element.
     pub fn simd_at(&mut self, at: usize) {
-        self.simd_loop(at, None, false);
-    }
-
-    /// Puts `#pragma omp simd` before a loop emitted after `at` (a [`Cx::mark`]): the one
-    /// over `var` (`for (long var = 0; ...`), else the first line after `at`. The loop's
-    /// iterations must be independent (each writes its own output elements and only reads
-    /// inputs) and it must not be collapsed into a parallel loop. Not when the body sets the
-    /// error flag (an atomic store), nor when it holds a loop of its own unless `inner` (loops
-    /// of constant trip count the compiler unrolls, as a pooling window's). The pragma is what
-    /// vectorises these loops without `-ffast-math`: the kernel's pointers lose `restrict` in
-    /// the function OpenMP outlines, so GCC otherwise keeps them scalar, recomputing
-    /// loop-invariant square roots and divisors per element, and does not if-convert
-    /// NaN-propagating selects.
-    pub fn simd_loop(&mut self, at: usize, var: Option<&str>, inner: bool) {
-        let start = match var {
-            Some(v) => {
-                let header = format!("for (long {v} = 0;");
-                let Some(p) = self.text[at..].find(&header) else {
-                    return;
-                };
-                let p = at + p;
-                self.text[..p].rfind('\n').map_or(0, |q| q + 1)
-            }
-            None => at,
-        };
-        let body = &self.text[start..];
+        let body = &self.text[at..];
         let Some(first) = body.find('\n') else {
             return;
         };
         let header = &body[..first];
         if !header.trim_start().starts_with("for (")
             || body.contains("__atomic")
-            || (!inner && body[first..].contains("for ("))
+            || body[first..].contains("for (")
         {
             return;
         }
         let pad: String = header.chars().take_while(|c| *c == ' ').collect();
         self.text
-            .insert_str(start, &format!("{pad}#pragma omp simd\n"));
+            .insert_str(at, &format!("{pad}#pragma omp simd\n"));
     }
 
     /// Closes `n` loops.

@@ -23,7 +23,6 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, win: PoolWin) {
     } else {
         0
     };
-    let at = cx.mark();
     let vs = cx.loops(&out, par);
     let oix: Vec<Ix> = vs.iter().map(|&v| Ix::var(v)).collect();
     let (h, w) = (ind[win.hpos] as i64, ind[win.wpos] as i64);
@@ -61,39 +60,28 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, win: PoolWin) {
         "const long {ix} = {ox} * {}L + {kx} * {}L - {}L;",
         win.stride.1, win.dilation.1, win.pad[1]
     ));
-    // Taps outside the input are masked, not branched around: the tap is read at clamped
-    // coordinates and the select ignores it, so the loop over the output's last axis
-    // vectorises (with IEEE flags GCC does not if-convert conditional loads of strided taps).
-    let inb = cx.fresh("in");
-    cx.line(format!(
-        "const int {inb} = {iy} >= 0 && {iy} < {h}L && {ix} >= 0 && {ix} < {w}L;"
+    cx.open(format!(
+        "if ({iy} >= 0 && {iy} < {h}L && {ix} >= 0 && {ix} < {w}L)"
     ));
-    let (cy, cxn) = (cx.fresh("cy"), cx.fresh("cx"));
-    cx.line(format!("const long {cy} = clampl({iy}, 0, {}L);", h - 1));
-    cx.line(format!("const long {cxn} = clampl({ix}, 0, {}L);", w - 1));
     let mut dix = oix.clone();
-    dix[win.hpos] = Ix::opaque(cy.clone(), 0, h - 1);
-    dix[win.wpos] = Ix::opaque(cxn.clone(), 0, w - 1);
+    dix[win.hpos] = Ix::opaque(iy.clone(), 0, h - 1);
+    dix[win.wpos] = Ix::opaque(ix.clone(), 0, w - 1);
     let v = cx.val(data, &dix);
     let v = super::scalar::convert(&v, Class::F);
-    let v = cx.bind(CV::new(v, Class::F)).text;
     if win.max {
         // As the interpreter: a NaN element replaces the accumulator.
-        cx.line(format!(
-            "{acc} = {inb} && ({v} > {acc} || {v} != {v}) ? {v} : {acc};"
-        ));
+        cx.line(format!("{acc} = {v} > {acc} || {v} != {v} ? {v} : {acc};"));
     } else {
-        // Adding +0 leaves every sum unchanged (a sum from +0 is never -0).
-        cx.line(format!("{acc} += {inb} ? {v} : 0.0f;"));
+        cx.line(format!("{acc} += {v};"));
     }
+    cx.line(format!("{cnt}++;"));
+    cx.close();
     if win.count_include_pad {
         cx.line(format!(
-            "{cnt} += {inb} || ({iy} < {}L && {ix} < {}L);",
+            "else if ({iy} < {}L && {ix} < {}L) {cnt}++;",
             h + win.pad[2] as i64,
             w + win.pad[3] as i64
         ));
-    } else {
-        cx.line(format!("{cnt} += {inb};"));
     }
     cx.close();
     cx.close();
@@ -108,8 +96,4 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, win: PoolWin) {
     let res = cx.bind(res);
     cx.epilogue(a, r, res, &oix);
     cx.close_n(out.len());
-    if par < out.len() {
-        let last = cx.vars.name(vs[out.len() - 1]).to_string();
-        cx.simd_loop(at, Some(&last), true);
-    }
 }

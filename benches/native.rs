@@ -4,7 +4,9 @@
 //! * `gelu`: GPT-2's tanh GELU tail on 1600×3072 (`tests/fixtures/cpu-costs/e1.relay`), one
 //!   FuseOps group, one generated kernel;
 //! * `dense`: dense 1600×768→3072 (`d1.relay`);
-//! * `conv`: conv2d 3×3 64→64 on 56×56, padding 1 (`c1.relay`).
+//! * `conv`: conv2d 3×3 64→64 on 56×56, padding 1 (`c1.relay`);
+//! * `softmax`: softmax over the last axis of 12×512×512 (`tests/fixtures/native/softmax.relay`),
+//!   a max, an `exp` and a sum per row.
 //!
 //! Each is compiled once (kernels cached in a temporary directory, never the user's), as
 //! `collage run` compiles it. Two measurements per kernel and thread count:
@@ -30,11 +32,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::path::Path;
 use std::sync::Arc;
 
+/// A model of `tests/fixtures/` (`name` without `.relay`).
 fn load(name: &str) -> collage::ir::Module {
-    let path = format!(
-        "{}/tests/fixtures/cpu-costs/{name}.relay",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/{name}.relay", env!("CARGO_MANIFEST_DIR"));
     let mut sources = SourceMap::new();
     let file = sources.add(&path, std::fs::read_to_string(&path).expect("fixture"));
     collage::relay::load(&sources, file).expect("fixture loads")
@@ -136,7 +136,12 @@ fn kernel(
 
 fn bench_kernels(c: &mut Criterion) {
     let cache = tempfile::tempdir().expect("a temporary cache directory");
-    for (label, file) in [("gelu", "e1"), ("dense", "d1"), ("conv", "c1")] {
+    for (label, file) in [
+        ("gelu", "cpu-costs/e1"),
+        ("dense", "cpu-costs/d1"),
+        ("conv", "cpu-costs/c1"),
+        ("softmax", "native/softmax"),
+    ] {
         let m = load(file);
         for threads in [1, 2] {
             let (p, inputs, mut outputs) = kernel(&m, threads, cache.path());

@@ -67,8 +67,8 @@ pub struct Request {
 }
 
 /// Default tolerances of generated code against the reference interpreter (`--check-reference`):
-/// kernels compute in `float32` with reassociated sums and vector math (`-ffast-math`), and do
-/// not round `float16` intermediates.
+/// kernels compute in `float32` with vectorised (reassociated) sums, fused multiply-adds and
+/// vector math, and do not round `float16` intermediates.
 pub fn reference_tolerance(d: crate::ir::DType) -> (f64, f64) {
     if d == crate::ir::DType::F32 {
         (1e-4, 1e-4)

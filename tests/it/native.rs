@@ -37,7 +37,8 @@ fn native_options(n: &Arc<Native>, threads: usize) -> Options {
 }
 
 /// The tolerance of generated code against exact values: the case's own, widened to what
-/// `-ffast-math` and `float32` intermediates allow (docs/native.md, "Numerics").
+/// vectorised sums, fused multiply-adds, vector math and `float32` intermediates allow
+/// (docs/native.md, "Numerics").
 fn widened(dtype: DType, rtol: f64, atol: f64) -> (f64, f64) {
     if !dtype.is_float() {
         return (rtol, atol);
@@ -604,4 +605,190 @@ mod props {
             }
         }
     }
+}
+
+/// The inputs of `tests/fixtures/native/numerics.relay`, written as `.npy` files into `dir`:
+/// `a` and `b` pair exact quotients (8 / 2), halves, ±0 divisors, values whose quotients or
+/// products are denormal, overflow or beyond the integer ranges; `t` spans [-100, 100] and
+/// starts with ±0 and ±denormals, for the transcendental functions.
+fn numerics_inputs(dir: &Path) -> Vec<String> {
+    let mut pairs: Vec<(f32, f32)> = vec![
+        (8.0, 2.0),
+        (10.0, 5.0),
+        (7.0, 7.0),
+        (1.0, 0.0),
+        (-1.0, 0.0),
+        (0.0, 0.0),
+        (1.0, -0.0),
+        (-3.0, -0.0),
+        (1e-40, 1.0),
+        (1e-38, 1e10),
+        (3.0, 1e-40),
+        (2.5, 1.0),
+        (-2.5, 1.0),
+        (0.5, 1.0),
+        (1.5, 1.0),
+        (-0.5, 1.0),
+        (3e9, 1.0),
+        (-3e9, 1.0),
+        (1e19, 1.0),
+        (1.0, 3.0),
+        (2.0, 3.0),
+        (1e30, 1e-30),
+        (-1e30, 1e-30),
+        (1e-20, 1e-20),
+        (-1e-20, 1e-20),
+        (f32::from_bits(1), 0.5),
+        (-0.0, 2.0),
+        (0.0, -5.0),
+        (9.0, 3.0),
+        (49.0, 7.0),
+        (0.3, 0.1),
+        (6.0, 0.2),
+    ];
+    while pairs.len() < 75 {
+        let i = pairs.len();
+        pairs.push((i as f32 * 0.7 - 20.0, (i % 7) as f32 - 3.0));
+    }
+    let mut t: Vec<f32> = (0..4099)
+        .map(|i| -100.0 + 200.0 * i as f32 / 4098.0)
+        .collect();
+    t[..6].copy_from_slice(&[0.0, -0.0, 1e-40, -1e-40, 88.8, -104.0]);
+    let a: Vec<f32> = pairs.iter().map(|p| p.0).collect();
+    let b: Vec<f32> = pairs.iter().map(|p| p.1).collect();
+    let mut args = Vec::new();
+    for (name, v) in [("a", a), ("b", b), ("t", t)] {
+        let x = Tensor::from_slice(DType::F32, &[v.len()], &v).unwrap();
+        let file = dir.join(format!("{name}.npy"));
+        std::fs::write(&file, collage::exec::npy::write(&x).unwrap()).unwrap();
+        args.push("--input".to_string());
+        args.push(format!("{name}={}", file.display()));
+    }
+    args
+}
+
+/// The outputs of `numerics.relay` that are single IEEE operations (`/`, `floor`, `ceil`,
+/// `round`, casts, comparisons, `maximum`/`minimum` with infinities and NaN, denormal inputs
+/// and outputs, `clip` with a -0 input on its lower bound, and max/min reductions over NaN and
+/// over ties of -0 and +0, whose first zero decides the sign): these must be bit-identical to
+/// the interpreter's. The rest are
+/// transcendental (`exp`, `erf`, `tanh`, `sigmoid`, `log`).
+const IEEE_OUTPUTS: usize = 25;
+
+/// The documented bound of transcendental functions against the interpreter: 4 ulps
+/// (docs/native.md, "Numerics"), checked as a relative difference of at most 4 · 2⁻²³.
+const TRANSCENDENTAL_RTOL: f64 = 4.0 / 8388608.0;
+
+/// The numerics model runs through generated code and the interpreter in one process
+/// (`--check-reference`), twice with the same cache (compiled, then loaded from the cache by the
+/// main thread): the IEEE operations are bit for bit the interpreter's both times, the
+/// transcendental functions within their bound. `COLLAGE_NATIVE_FLAGS=fast-math` has kernels
+/// of its own in the same cache; an unknown value makes every unit fall back (W2310).
+#[test]
+fn ieee_operations_match_the_interpreter_bit_for_bit_twice_with_one_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let model = root().join("tests/fixtures/native/numerics.relay");
+    let rtol = TRANSCENDENTAL_RTOL.to_string();
+    let mut args: Vec<String> = vec![
+        model.to_str().unwrap().to_string(),
+        "--format".into(),
+        "json".into(),
+        "--threads".into(),
+        "2".into(),
+        "--check-reference".into(),
+        "--rtol".into(),
+        rtol,
+        "--atol".into(),
+        "0".into(),
+    ];
+    args.extend(numerics_inputs(dir.path()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for round in 0..2 {
+        let o = run_with(dir.path(), &cache, &[], &args);
+        let j = json(&o);
+        assert_eq!(o.status.code(), Some(0), "run {round}: {}\n{j}", stderr(&o));
+        assert_eq!(j["native"]["fallbacks"], 0, "{j}");
+        if round == 0 {
+            assert_eq!(j["native"]["cached"], 0, "{j}");
+        } else {
+            assert_eq!(j["native"]["compiled"], 0, "{j}");
+        }
+        let outs = j["comparisons"][0]["outputs"].as_array().unwrap();
+        assert_eq!(outs.len(), IEEE_OUTPUTS + 5);
+        for (i, c) in outs.iter().enumerate() {
+            if i < IEEE_OUTPUTS {
+                assert_eq!(c["identical"], true, "run {round}, output{i}: {c}");
+            } else {
+                let rel = c["max_rel_diff"].as_f64().unwrap();
+                assert!(rel <= TRANSCENDENTAL_RTOL, "run {round}, output{i}: {c}");
+            }
+        }
+    }
+
+    // The other flag set: its own kernels (none from the IEEE set's cache entries).
+    let fast = run_with(
+        dir.path(),
+        &cache,
+        &[("COLLAGE_NATIVE_FLAGS", "fast-math")],
+        &args,
+    );
+    let j = json(&fast);
+    assert_eq!(j["native"]["cached"], 0, "{j}");
+    assert!(j["native"]["version"]
+        .as_str()
+        .unwrap()
+        .contains("-ffast-math"));
+    let bad = run_with(
+        dir.path(),
+        &cache,
+        &[("COLLAGE_NATIVE_FLAGS", "fastest")],
+        &args,
+    );
+    assert_eq!(bad.status.code(), Some(0), "{}", stderr(&bad));
+    let e = stderr(&bad);
+    assert!(
+        e.contains("W2310") && e.contains("COLLAGE_NATIVE_FLAGS=fastest"),
+        "{e}"
+    );
+}
+
+/// The thread's MXCSR (rounding mode, flush-to-zero, denormals-are-zero).
+#[cfg(target_arch = "x86_64")]
+fn mxcsr() -> u32 {
+    #[allow(deprecated)]
+    // SAFETY: reads a register of this thread.
+    unsafe {
+        std::arch::x86_64::_mm_getcsr()
+    }
+}
+
+/// Loading kernels from the cache, on the calling thread, leaves its floating-point environment
+/// as it was: no flush-to-zero start-up code is linked into the libraries.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn loading_cached_kernels_leaves_the_floating_point_environment_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let path = root().join("tests/fixtures/native/numerics.relay");
+    // Another process compiles the kernels into the cache.
+    let o = run_with(dir.path(), &cache, &[], &[path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let m = crate::support::load_ok(&path);
+    let n = Arc::new(Native::new(Config {
+        threads: 1,
+        cache_dir: Some(cache),
+        ..Config::default()
+    }));
+    let before = mxcsr();
+    let weights = Weights::new(0);
+    let x = executor::compile(&m, &weights.for_module(&m), &native_options(&n, 1)).unwrap();
+    let after = mxcsr();
+    let s = n.stats();
+    assert!(s.cached >= 1 && s.compiled == 0, "{s:?}");
+    assert!(x.kernels().iter().any(|k| k.backend == "native"));
+    assert_eq!(
+        after, before,
+        "MXCSR {after:#06x} after loading kernels, {before:#06x} before"
+    );
 }

@@ -2,22 +2,51 @@
 //! time limit.
 //!
 //! The compiler is `$CC` when set (split at spaces, so `CC="ccache gcc"` works), else `cc`.
-//! Every translation unit is compiled with [`FLAGS`] and linked with [`LIBS`] into a shared
-//! library:
+//! Every translation unit is compiled with the flags of a [`FlagSet`] and linked with [`LIBS`]
+//! into a shared library. The default set, [`FLAGS`], keeps IEEE semantics:
 //!
 //! * `-O3 -march=native`: vectorisation for this machine (AVX-512 here);
-//! * `-ffast-math`: lets GCC call glibc's vector math (`libmvec`) for `expf`, `tanhf`, `erff`,
-//!   ... and reassociate sums (reference note, P4);
-//! * `-fopenmp`: the outer loops of large kernels run on libgomp's pool, the one oneDNN uses;
+//! * `-fno-math-errno -fno-trapping-math`: math functions need not set `errno` and floating
+//!   point operations may be evaluated speculatively; neither changes a computed value;
+//! * `-ffp-contract=fast` (GCC's default for GNU C, written out): `a * b + c` may become one
+//!   fused multiply-add, rounded once (the GEMM micro-kernels depend on it);
+//! * `-fopenmp`: the outer loops of large kernels run on libgomp's pool, the one oneDNN uses,
+//!   and `#pragma omp simd` / `declare simd` work: reductions written with `#pragma omp simd
+//!   reduction` may be reassociated, and the prelude declares glibc's vector math (`libmvec`)
+//!   variants of `expf`, `logf`, `erff`, `tanhf` and `powf` so that loops calling them are
+//!   vectorised (docs/native.md, "Numerics");
 //! * `-fwrapv`: signed integer arithmetic wraps, as the reference interpreter's does;
 //! * `-shared -fPIC`, and `-lmvec -lm` so that the library names the vector math it calls.
+//!
+//! No reciprocal approximations, no finite-math or no-signed-zeros assumptions, and no
+//! `-ffast-math`: a shared object linked with `-ffast-math` also gets start-up code
+//! (`crtfastmath.o`) that sets flush-to-zero and denormals-are-zero in the thread loading it.
+//!
+//! `COLLAGE_NATIVE_FLAGS=fast-math` selects the previous set, [`FAST_MATH_FLAGS`], to measure
+//! the two side by side; the flags are part of every kernel's cache key, so the two sets never
+//! share cached kernels.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Compiler flags (part of every cache key).
+/// The default compiler flags: IEEE arithmetic (part of every cache key).
 pub const FLAGS: &[&str] = &[
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=fast",
+    "-fopenmp",
+    "-fwrapv",
+    "-shared",
+    "-fPIC",
+];
+
+/// The previous flags, with `-ffast-math` (`COLLAGE_NATIVE_FLAGS=fast-math`): reciprocal
+/// divisions, finite-math and no-signed-zeros assumptions, reassociation everywhere, and
+/// flush-to-zero start-up code. For measurements only.
+pub const FAST_MATH_FLAGS: &[&str] = &[
     "-O3",
     "-march=native",
     "-ffast-math",
@@ -26,6 +55,51 @@ pub const FLAGS: &[&str] = &[
     "-shared",
     "-fPIC",
 ];
+
+/// The environment variable choosing the [`FlagSet`].
+pub const FLAGS_ENV: &str = "COLLAGE_NATIVE_FLAGS";
+
+/// Which flags kernels are compiled with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlagSet {
+    /// [`FLAGS`] (`COLLAGE_NATIVE_FLAGS` unset, empty or `ieee`).
+    #[default]
+    Ieee,
+    /// [`FAST_MATH_FLAGS`] (`COLLAGE_NATIVE_FLAGS=fast-math`).
+    FastMath,
+}
+
+impl FlagSet {
+    /// The set a value of `COLLAGE_NATIVE_FLAGS` names; the error says what is accepted.
+    pub fn parse(value: &str) -> Result<FlagSet, String> {
+        match value.trim() {
+            "" | "ieee" => Ok(FlagSet::Ieee),
+            "fast-math" => Ok(FlagSet::FastMath),
+            v => Err(format!(
+                "`{FLAGS_ENV}={v}` names no flag set (`ieee`, the default, or `fast-math`)"
+            )),
+        }
+    }
+
+    /// The set `$COLLAGE_NATIVE_FLAGS` names.
+    pub fn from_env() -> Result<FlagSet, String> {
+        match std::env::var(FLAGS_ENV) {
+            Ok(v) => FlagSet::parse(&v),
+            Err(std::env::VarError::NotPresent) => Ok(FlagSet::Ieee),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(format!("`{FLAGS_ENV}` is not valid UTF-8"))
+            }
+        }
+    }
+
+    /// The compiler flags of this set.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            FlagSet::Ieee => FLAGS,
+            FlagSet::FastMath => FAST_MATH_FLAGS,
+        }
+    }
+}
 
 /// Libraries linked after the source.
 pub const LIBS: &[&str] = &["-lmvec", "-lm"];
@@ -42,6 +116,8 @@ pub struct Compiler {
     pub version: String,
     /// The whole `--version` output, for cache keys.
     pub identity: String,
+    /// The flags every compilation uses (`$COLLAGE_NATIVE_FLAGS`).
+    pub flags: FlagSet,
 }
 
 /// The compiler command: `$CC` or `cc`.
@@ -70,8 +146,10 @@ fn cut(line: &str) -> String {
 }
 
 impl Compiler {
-    /// Asks `command --version`; an error says why the compiler cannot be used.
+    /// Asks `command --version`; an error says why the compiler cannot be used (or that
+    /// `$COLLAGE_NATIVE_FLAGS` names no flag set).
     pub fn probe(command: Vec<String>, timeout: Duration) -> Result<Compiler, String> {
+        let flags = FlagSet::from_env()?;
         let name = command.join(" ");
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..]).arg("--version");
@@ -86,6 +164,7 @@ impl Compiler {
             command,
             version,
             identity: out.stdout,
+            flags,
         })
     }
 
@@ -95,7 +174,7 @@ impl Compiler {
         let name = self.command.join(" ");
         let mut cmd = Command::new(&self.command[0]);
         cmd.args(&self.command[1..])
-            .args(FLAGS)
+            .args(self.flags.flags())
             .arg("-o")
             .arg(out)
             .arg(src)
@@ -349,5 +428,28 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(gone(), "the grandchild survived");
+    }
+
+    #[test]
+    fn flag_sets_by_name() {
+        assert_eq!(FlagSet::parse(""), Ok(FlagSet::Ieee));
+        assert_eq!(FlagSet::parse("ieee"), Ok(FlagSet::Ieee));
+        assert_eq!(FlagSet::parse(" fast-math "), Ok(FlagSet::FastMath));
+        let e = FlagSet::parse("fastmath").unwrap_err();
+        assert!(
+            e.contains("COLLAGE_NATIVE_FLAGS=fastmath") && e.contains("fast-math"),
+            "{e}"
+        );
+        // The default set has IEEE semantics; the other is the previous -ffast-math set.
+        for bad in [
+            "-ffast-math",
+            "-ffinite-math-only",
+            "-freciprocal-math",
+            "-Ofast",
+        ] {
+            assert!(!FlagSet::Ieee.flags().contains(&bad), "{bad}");
+        }
+        assert!(FlagSet::FastMath.flags().contains(&"-ffast-math"));
+        assert_ne!(FlagSet::Ieee.flags(), FlagSet::FastMath.flags());
     }
 }

@@ -22,12 +22,19 @@
 //! the calling thread. Debian's oneDNN uses the same OpenMP runtime, so every CPU backend
 //! shares one pool.
 //!
-//! **Numerics.** Kernels compute in `float32` (`float16` and `bfloat16` are converted when
-//! loaded and rounded when stored into a tensor, not after every operator as the interpreter
-//! does); sums are reassociated (`-ffast-math`) and transcendental functions come from glibc's
-//! vector math. Results therefore differ from the interpreter's in the last bits (float32:
-//! within rtol 1e-4; float16: within its own rounding), and NaN or infinite intermediate values
-//! are not guaranteed to propagate the same way.
+//! **Numerics.** Kernels are compiled with IEEE semantics ([`compile::FLAGS`]: no
+//! `-ffast-math`, so no reciprocal approximations, no finite-math or no-signed-zeros
+//! assumptions, and no change of the process's floating-point environment). A single IEEE
+//! operation (`/`, `floor`, `ceil`, `round`, casts, comparisons, `maximum`/`minimum`, `clip`)
+//! gives the interpreter's bits, infinities, NaN (which `maximum`, `minimum` and max/min
+//! reductions propagate as the interpreter does), signed zeros and denormals included.
+//! Results of several operations may still differ in the last bits: kernels compute in
+//! `float32` (`float16` and `bfloat16` are converted when loaded and rounded when stored into a
+//! tensor, not after every operator as the interpreter does), `a * b + c` may be one fused
+//! multiply-add, sums are split into vector lanes (`#pragma omp simd reduction`, the only
+//! reassociation), and `exp`, `log`, `erf`, `tanh`, `power` in vectorised loops come from glibc's
+//! vector math (within 4 ulps of the interpreter's). `COLLAGE_NATIVE_FLAGS=fast-math` selects the
+//! previous `-ffast-math` flags, for measurements ([`compile::FlagSet`]).
 
 pub mod cache;
 pub mod compile;
@@ -277,7 +284,11 @@ impl Native {
             .map_err(|m| Unsupported::op(format!("native code generation failed: {m}"), span))?;
         let compiler = self.compiler().map_err(|m| Unsupported::op(m, span))?;
         let source = format!("{}{}", prelude(self.isa, &gen.features), gen.body);
-        let flags = format!("{} {}", compile::FLAGS.join(" "), compile::LIBS.join(" "));
+        let flags = format!(
+            "{} {}",
+            compiler.flags.flags().join(" "),
+            compile::LIBS.join(" ")
+        );
         let key = cache::hash128(&[
             cache::GENERATOR.as_bytes(),
             compiler.identity.as_bytes(),
@@ -508,7 +519,7 @@ impl Backend for Native {
                 "{} ({}; {})",
                 cache::GENERATOR,
                 c.version,
-                compile::FLAGS.join(" ")
+                c.flags.flags().join(" ")
             ),
             Err(_) => format!("{} (no C compiler)", cache::GENERATOR),
         }

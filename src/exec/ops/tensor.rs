@@ -9,7 +9,7 @@ use crate::ir::DType;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const UNARY_FLOAT: &[&str] = &[
-    "sqrt", "rsqrt", "erf", "exp", "log", "sigmoid", "tanh", "floor", "ceil",
+    "sqrt", "rsqrt", "erf", "exp", "log", "sigmoid", "tanh", "floor", "ceil", "round",
 ];
 const UNARY_ANY: &[&str] = &["abs", "negative", "nn.relu", "copy"];
 const BINARY: &[&str] = &[
@@ -46,7 +46,9 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             "sigmoid" => unary_f32(|x| 1.0 / (1.0 + (-x).exp())),
             "tanh" => unary_f32(f32::tanh),
             "floor" => unary_f32(f32::floor),
-            _ => unary_f32(f32::ceil),
+            "ceil" => unary_f32(f32::ceil),
+            // To the nearest integer, halves to even (NumPy's and TVM's `round`).
+            _ => unary_f32(f32::round_ties_even),
         };
     }
     if UNARY_ANY.contains(&name) {

@@ -558,6 +558,7 @@ fn epilogue_tile(
     let rn = cx.fresh("gr");
     cx.line(format!("const long {rn} = {row0} + {ii};"));
     let rv = cx.vars.fresh(rn.clone(), d.m);
+    let at = cx.mark();
     cx.open(format!("for (long {jj} = 0; {jj} < {nlim}; {jj}++)"));
     let cn = cx.fresh("gc");
     cx.line(format!("const long {cn} = {col0} + {jj};"));
@@ -567,6 +568,7 @@ fn epilogue_tile(
     let oc = out_coords(cx, a, kind, b, &Ix::var(rv), &Ix::var(cv));
     cx.epilogue(a, r, acc, &oc);
     cx.close();
+    cx.simd_at(at);
     cx.close();
 }
 
@@ -1093,7 +1095,8 @@ fn conv_implicit(
         "ukri_{mr}x{nr}({k}L, xa, {offs}, {bp} + ({grp} * {panels}L + {pn}) * {}L, ct);",
         k * nr
     ));
-    // Epilogue: channel by channel, pixels contiguous.
+    // Epilogue: pixel by pixel, channels contiguous in the tile (one vector loop per pixel;
+    // the stores are strided).
     let (jl, il) = (cx.fresh("jl"), cx.fresh("il"));
     cx.line(format!(
         "const long {jl} = {og}L - {pn} * {nr}L < {nr}L ? {og}L - {pn} * {nr}L : {nr}L;"
@@ -1102,16 +1105,17 @@ fn conv_implicit(
         "const long {il} = {np_}L - {p0} < {mr}L ? {np_}L - {p0} : {mr}L;"
     ));
     let (jj, ii) = (cx.fresh("tj"), cx.fresh("ti"));
+    cx.open(format!("for (long {ii} = 0; {ii} < {il}; {ii}++)"));
+    let pn_ = cx.fresh("gp");
+    cx.line(format!("const long {pn_} = {p0} + {ii};"));
+    let pv = cx.vars.fresh(pn_.clone(), np_);
+    let at = cx.mark();
     cx.open(format!("for (long {jj} = 0; {jj} < {jl}; {jj}++)"));
     let ocn = cx.fresh("go");
     cx.line(format!(
         "const long {ocn} = {grp} * {og}L + {pn} * {nr}L + {jj};"
     ));
     let ocv = cx.vars.fresh(ocn.clone(), g.o);
-    cx.open(format!("for (long {ii} = 0; {ii} < {il}; {ii}++)"));
-    let pn_ = cx.fresh("gp");
-    cx.line(format!("const long {pn_} = {p0} + {ii};"));
-    let pv = cx.vars.fresh(pn_.clone(), np_);
     let acc = cx.bind(CV::new(format!("ct[{ii} * {nr} + {jj}]"), Class::F));
     let coords = [
         Ix::var(bv).div(g.groups as i64, &cx.vars),
@@ -1120,7 +1124,9 @@ fn conv_implicit(
         Ix::var(pv).rem(g.ow as i64, &cx.vars),
     ];
     cx.epilogue(a, r, acc, &coords);
-    cx.close_n(7);
+    cx.close();
+    cx.simd_at(at);
+    cx.close_n(6);
     true
 }
 

@@ -739,9 +739,14 @@ impl<'a> Cx<'a> {
             }
             NOp::Clip(a, lo, hi) => {
                 let x = self.operand(n, *a, ix);
+                let x = self.bind(x);
                 CV::new(
                     format!(
-                        "fminf(fmaxf({}, {}), {})",
+                        // The interpreter's `x.max(lo).min(hi)` (Rust's: on a tie the
+                        // receiver, so clip(-0, 0, 6) is -0): `lo > x ? lo : x`, then
+                        // `hi < t ? hi : t`; NaN passes through both selects. Compiles to
+                        // maxps/minps with these operand orders (fmaxf/fminf are calls).
+                        "({2} < ({1} > {0} ? {1} : {0}) ? {2} : ({1} > {0} ? {1} : {0}))",
                         x.text,
                         scalar::float_lit(*lo),
                         scalar::float_lit(*hi)
@@ -1059,6 +1064,35 @@ impl<'a> Cx<'a> {
         vs
     }
 
+    /// Where the next line will go, for [`Cx::simd_at`].
+    pub fn mark(&self) -> usize {
+        self.text.len()
+    }
+
+    /// Puts `#pragma omp simd` before the loop whose header is the first line after `at` (a
+    /// [`Cx::mark`]), once the loop is emitted. The loop's iterations must be independent (each
+    /// writes its own output elements and only reads inputs) and it must not be collapsed into
+    /// a parallel loop. Not when the body sets the error flag (an atomic store) or holds a loop
+    /// of its own. The pragma is what vectorises these loops without `-ffast-math`: the
+    /// kernel's pointers lose `restrict` in the function OpenMP outlines, so GCC otherwise keeps
+    /// them scalar, recomputing loop-invariant square roots and divisors per element.
+    pub fn simd_at(&mut self, at: usize) {
+        let body = &self.text[at..];
+        let Some(first) = body.find('\n') else {
+            return;
+        };
+        let header = &body[..first];
+        if !header.trim_start().starts_with("for (")
+            || body.contains("__atomic")
+            || body[first..].contains("for (")
+        {
+            return;
+        }
+        let pad: String = header.chars().take_while(|c| *c == ' ').collect();
+        self.text
+            .insert_str(at, &format!("{pad}#pragma omp simd\n"));
+    }
+
     /// Closes `n` loops.
     pub fn close_n(&mut self, n: usize) {
         for _ in 0..n {
@@ -1287,6 +1321,36 @@ impl<'a> Cx<'a> {
         self.clear_overrides();
     }
 
+    /// Opens the loops over the reduced axes (`red_dims`) and gives the reduced operand `arg`
+    /// at the current coordinates, as a float.
+    fn reduce_operand(
+        &mut self,
+        arg: NodeId,
+        red_dims: &[usize],
+        reduced: &[bool],
+        keepdims: bool,
+        oix: &[Ix],
+    ) -> String {
+        let rvs = self.loops(red_dims, 0);
+        let mut ix = Vec::with_capacity(reduced.len());
+        let (mut ko, mut kr) = (0usize, 0usize);
+        for (k, &is_red) in reduced.iter().enumerate() {
+            if is_red {
+                ix.push(Ix::var(rvs[kr]));
+                kr += 1;
+                if keepdims {
+                    ko += 1;
+                }
+            } else {
+                ix.push(oix[if keepdims { k } else { ko }].clone());
+                ko += 1;
+            }
+        }
+        let v = self.val(arg, &ix);
+        let v = scalar::convert(&v, Class::F);
+        self.bind(CV::new(v, Class::F)).text
+    }
+
     fn reduce_nest(
         &mut self,
         a: NodeId,
@@ -1325,35 +1389,66 @@ impl<'a> Cx<'a> {
             Red::Min => scalar::float_lit(big),
         };
         self.line(format!("float {acc} = {init};"));
-        let rvs = self.loops(&red_dims, 0);
-        // Input coordinates.
-        let mut ix = Vec::with_capacity(in_dims.len());
-        let (mut ko, mut kr) = (0usize, 0usize);
-        for (k, &is_red) in reduced.iter().enumerate() {
-            if is_red {
-                ix.push(Ix::var(rvs[kr]));
-                kr += 1;
-                if keepdims {
-                    ko += 1;
-                }
+        // Sums are the one place where additions may be reassociated: the loop asks for it.
+        if matches!(kind, Red::Sum | Red::Mean) && !red_dims.is_empty() {
+            self.line(simd_reduction(&acc, red_dims.len()));
+        }
+        let extreme = matches!(kind, Red::Max | Red::Min) && !red_dims.is_empty();
+        let mut flagged = false;
+        if extreme {
+            // A vectorised pass first (lane-wise maxima combined by `maxps`), with a flag for
+            // what it cannot get bit for bit: NaN (the interpreter keeps the last NaN) and a
+            // zero result (which of -0 and +0 comes first). Then, only if flagged, the
+            // interpreter's scan.
+            let at = self.mark();
+            let odd = self.fresh("odd");
+            self.line(format!("int {odd} = 0;"));
+            let op = if kind == Red::Max { "max" } else { "min" };
+            let cmp = if kind == Red::Max { ">" } else { "<" };
+            let mut pragma = format!("#pragma omp simd reduction({op}:{acc}) reduction(|:{odd})");
+            if red_dims.len() > 1 {
+                pragma.push_str(&format!(" collapse({})", red_dims.len()));
+            }
+            self.line(pragma);
+            let v = self.reduce_operand(arg, &red_dims, reduced, keepdims, &oix);
+            self.line(format!("{acc} = {v} {cmp} {acc} ? {v} : {acc};"));
+            self.line(format!("{odd} |= {v} != {v};"));
+            self.close_n(red_dims.len());
+            if self.text[at..].contains("__atomic") {
+                // The operand sets the error flag: the scan alone, once.
+                self.text.truncate(at);
             } else {
-                ix.push(oix[if keepdims { k } else { ko }].clone());
-                ko += 1;
+                self.open(format!("if ({odd} || {acc} == 0.0f)"));
+                self.line(format!("{acc} = {init};"));
+                flagged = true;
             }
         }
-        let v = self.val(arg, &ix);
-        let v = scalar::convert(&v, Class::F);
+        let v = self.reduce_operand(arg, &red_dims, reduced, keepdims, &oix);
         match kind {
             Red::Sum | Red::Mean => self.line(format!("{acc} += {v};")),
-            Red::Max => self.line(format!("{acc} = {v} > {acc} ? {v} : {acc};")),
-            Red::Min => self.line(format!("{acc} = {v} < {acc} ? {v} : {acc};")),
+            // As the interpreter: a NaN element replaces the accumulator.
+            Red::Max => self.line(format!("{acc} = {v} > {acc} || {v} != {v} ? {v} : {acc};")),
+            Red::Min => self.line(format!("{acc} = {v} < {acc} || {v} != {v} ? {v} : {acc};")),
         }
         self.close_n(red_dims.len());
+        if flagged {
+            self.close();
+        }
         if kind == Red::Mean {
             self.line(format!("{acc} = {acc} / {}.0f;", count));
         }
         self.epilogue(a, r, CV::new(acc, Class::F), &oix);
         self.close_n(out_dims.len());
+    }
+}
+
+/// The pragma before the loops of a sum into `acc` over `depth` perfectly nested loops: the
+/// compiler may split the sum into vector lanes (the only reassociation the kernels allow).
+pub(crate) fn simd_reduction(acc: &str, depth: usize) -> String {
+    if depth > 1 {
+        format!("#pragma omp simd reduction(+:{acc}) collapse({depth})")
+    } else {
+        format!("#pragma omp simd reduction(+:{acc})")
     }
 }
 

@@ -69,7 +69,8 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, win: PoolWin) {
     let v = cx.val(data, &dix);
     let v = super::scalar::convert(&v, Class::F);
     if win.max {
-        cx.line(format!("{acc} = {v} > {acc} ? {v} : {acc};"));
+        // As the interpreter: a NaN element replaces the accumulator.
+        cx.line(format!("{acc} = {v} > {acc} || {v} != {v} ? {v} : {acc};"));
     } else {
         cx.line(format!("{acc} += {v};"));
     }

@@ -1,5 +1,11 @@
-//! The C text every translation unit starts with: headers, conversions, and the register-blocked
-//! GEMM micro-kernels the kernels of one unit need.
+//! The C text every translation unit starts with: headers, the vector math declarations,
+//! conversions, and the register-blocked GEMM micro-kernels the kernels of one unit need.
+//!
+//! The vector math declarations (`#pragma omp declare simd notinbranch` on `expf`, `logf`,
+//! `erff`, `tanhf`, `powf`) are glibc's own for `-ffast-math` builds, written out because the
+//! kernels are compiled with IEEE semantics: GCC then calls `libmvec`'s variants in vectorised
+//! loops (scalar `libm` in loop remainders). glibc states a maximum error of 4 ulps for them
+//! (docs/native.md, "Numerics").
 //!
 //! A micro-kernel computes an `MR × NR` tile of `C = A · B` over the whole `K` from packed
 //! operands: `A` as `[K][MR]` (one column of the tile's rows per step) and `B` as `[K][NR]` (one
@@ -66,6 +72,20 @@ const HEAD: &str = r#"#include <stdint.h>
 #include <math.h>
 #include <string.h>
 #include <omp.h>
+
+/* glibc's vector math (libmvec) declares its SIMD variants only under -ffast-math; the
+   kernels are compiled without it, so they are declared here (the same declarations, so
+   the same names and ABI: _ZGVeN16v_expf, _ZGVdN8v_expf, ...). */
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
 
 static inline float bf16_f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline uint16_t f_bf16(float f) {

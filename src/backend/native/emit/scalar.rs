@@ -1,9 +1,12 @@
 //! C expressions for elementwise operators, loads and stores, and conversions between the value
 //! classes ([`Class`]).
 //!
-//! Floating-point operators compute in `float` (with `-ffast-math` the C compiler calls glibc's
-//! vector math for `expf`, `tanhf`, `erff`, `logf`, `powf`); `power` by a constant small
-//! integer or one half becomes multiplies or a square root (reference note, P4). Integer
+//! Floating-point operators compute in `float` with IEEE semantics, as the reference
+//! interpreter does: `/`, `floor`, `ceil`, `round`, comparisons, `maximum`/`minimum` (NaN in
+//! either operand gives NaN, as the interpreter's) and conversions give the interpreter's bits;
+//! vectorised loops call glibc's vector math for `expf`, `tanhf`, `erff`, `logf`, `powf` (within
+//! 4 ulps, [`super::prelude`]); `power` by a constant small integer or one half becomes
+//! multiplies or a square root (reference note, P4). Integer
 //! operators compute in `int64_t` and wrap to the result's width after every operator, as the
 //! reference interpreter does; integer division by zero sets the kernel's error code.
 
@@ -204,6 +207,7 @@ pub fn unary(u: Un, a: &CV, d: DType) -> CV {
         Un::Tanh => format!("tanhf({x})"),
         Un::Floor => format!("floorf({x})"),
         Un::Ceil => format!("ceilf({x})"),
+        Un::Round => format!("nearbyintf({x})"),
         Un::Abs => format!("fabsf({x})"),
         Un::Neg => format!("(-{x})"),
         Un::Relu => format!("({x} < 0.0f ? 0.0f : {x})"),
@@ -244,8 +248,10 @@ pub fn binary(op: Bin, a: &CV, b: &CV, d: DType, exponent: Option<f64>, err: &st
         Bin::Sub => format!("({x} - {y})"),
         Bin::Mul => format!("({x} * {y})"),
         Bin::Div => format!("({x} / {y})"),
-        Bin::Max => format!("fmaxf({x}, {y})"),
-        Bin::Min => format!("fminf({x}, {y})"),
+        // The interpreter's: the first operand when it is NaN or not smaller (not larger),
+        // else the second (so NaN in either gives NaN).
+        Bin::Max => format!("(({x}) >= ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
+        Bin::Min => format!("(({x}) <= ({y}) || ({x}) != ({x}) ? ({x}) : ({y}))"),
         Bin::Pow => match exponent {
             Some(1.0) => x.clone(),
             Some(2.0) => format!("({x} * {x})"),

@@ -17,7 +17,12 @@
 //! `Div`, `Neg`, `Min`, `Max` and `Identity`, on int64, int32, float32 and bool tensors with
 //! numpy broadcasting. Integer arithmetic wraps on overflow and integer division truncates
 //! toward zero (division by zero is an error). A result of more than [`MAX_FOLD_ELEMENTS`]
-//! elements is not computed: the node is left to run (W3054).
+//! elements, a dimension above it, or a rank above [`MAX_FOLD_RANK`] is not computed: the node
+//! is left to run (W3054).
+//!
+//! Weights are read lazily: a weight is converted to a [`Value`] only when a node being folded
+//! (all of whose inputs are known) consumes it, so the weights of the rest of the model stay in
+//! the mapping and are never copied.
 
 use super::model::{AttrValue, Dim, Model, Node};
 use super::shapes::BoundInput;
@@ -35,6 +40,12 @@ pub const MAX_FOLD_ELEMENTS: usize = 1 << 20;
 /// [`MAX_FOLD_ELEMENTS`] cannot add up to an unbounded amount of memory either.
 pub const MAX_FOLD_TOTAL: usize = 1 << 24;
 
+/// The highest rank a folded value may have (64). With each dimension at most
+/// [`MAX_FOLD_ELEMENTS`] and the rank bounded, every per-axis computation is bounded too, even
+/// for a value with no elements (a zero dimension makes the element count 0 whatever the
+/// other dimensions are).
+pub const MAX_FOLD_RANK: usize = 64;
+
 /// The static shape of a value, when known.
 pub trait ShapeOracle {
     /// The shape of the value called `name`, or `None` when it is not known.
@@ -49,6 +60,12 @@ impl<F: Fn(&str) -> Option<Vec<u64>>> ShapeOracle for F {
 
 /// The shapes a model declares: its bound inputs, and the values of `value_info` and outputs
 /// whose dimensions are all fixed.
+///
+/// Known limit: the declarations of `value_info` and graph outputs are trusted as they are
+/// written, not checked against what the operators compute, so a `Shape` of a value whose
+/// declaration is wrong folds to the declared (wrong) shape. The importer will supply shapes
+/// from collage's type checker instead (another [`ShapeOracle`]); a declared shape is used only
+/// until then.
 #[derive(Clone, Debug, Default)]
 pub struct DeclaredShapes {
     shapes: FxHashMap<String, Vec<u64>>,
@@ -155,7 +172,7 @@ impl Value {
     /// A value from tensor data of type int64, int32, float32 or bool with at most
     /// [`MAX_FOLD_ELEMENTS`] elements.
     pub fn from_tensor(t: &TensorData) -> Option<Value> {
-        if t.len() > MAX_FOLD_ELEMENTS || t.shape.iter().any(|&d| d > MAX_FOLD_ELEMENTS as u64) {
+        if !Value::fits(t) {
             return None;
         }
         let b = t.bytes();
@@ -178,6 +195,16 @@ impl Value {
             shape: t.shape.iter().map(|&d| d as usize).collect(),
             data,
         })
+    }
+
+    /// Whether [`Value::from_tensor`] takes `t`: one of the four types, at most
+    /// [`MAX_FOLD_ELEMENTS`] elements, no dimension above it, rank at most [`MAX_FOLD_RANK`].
+    /// Nothing is read or copied.
+    pub fn fits(t: &TensorData) -> bool {
+        matches!(t.dtype, DType::I64 | DType::I32 | DType::F32 | DType::Bool)
+            && t.shape.len() <= MAX_FOLD_RANK
+            && t.len() <= MAX_FOLD_ELEMENTS
+            && t.shape.iter().all(|&d| d <= MAX_FOLD_ELEMENTS as u64)
     }
 
     /// The value as tensor data.
@@ -210,6 +237,9 @@ pub struct Folding {
     pub folded: Vec<usize>,
     /// Warnings (W3054 for results over the limit).
     pub warnings: Vec<Diagnostic>,
+    /// The weights read (converted to values) because a node being folded consumed them, in
+    /// the order read. No other weight was touched.
+    pub weights_read: Vec<String>,
 }
 
 /// Why a node did not fold.
@@ -219,6 +249,8 @@ enum Skip {
     Unsupported,
     /// The result would have this many elements, over the limit: the node stays, W3054.
     TooBig(u128),
+    /// The result would have this rank, over [`MAX_FOLD_RANK`]: the node stays, W3054.
+    TooHigh(usize),
     /// The inputs are known and the operation has no result: E3021.
     Fail(String),
 }
@@ -233,14 +265,15 @@ fn fail<T>(msg: impl Into<String>) -> R<T> {
 /// types, previously folded values, and shapes from `shapes`. Errors are E3021 diagnostics
 /// naming the node.
 pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diagnostic>> {
+    // Folded values, and the weights converted so far (only those a folded node consumed).
     let mut known: FxHashMap<&str, Value> = FxHashMap::default();
-    let mut weight_shapes: FxHashMap<&str, Vec<u64>> = FxHashMap::default();
-    for w in &model.graph.weights {
-        weight_shapes.insert(&w.name, w.data.shape.clone());
-        if let Some(v) = Value::from_tensor(&w.data) {
-            known.insert(&w.name, v);
-        }
-    }
+    // The weights, not converted: a weight is read when a node being folded consumes it.
+    let weights: FxHashMap<&str, &TensorData> = model
+        .graph
+        .weights
+        .iter()
+        .map(|w| (w.name.as_str(), &w.data))
+        .collect();
     let mut out = Folding::default();
     let mut errors = Vec::new();
     let mut total = 0usize;
@@ -249,9 +282,9 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
             if let Some(v) = known.get(name) {
                 return Some(v.shape.iter().map(|&d| d as u64).collect());
             }
-            weight_shapes
+            weights
                 .get(name)
-                .cloned()
+                .map(|t| t.shape.clone())
                 .or_else(|| shapes.shape(name))
         };
         let result = match node.op_type.as_str() {
@@ -263,22 +296,52 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                 if !SUPPORTED.contains(&node.op_type.as_str()) {
                     continue;
                 }
-                let mut args = Vec::with_capacity(node.inputs.len());
-                let mut all = true;
-                for i in &node.inputs {
-                    if i.is_empty() {
-                        args.push(None);
-                    } else if let Some(v) = known.get(i.as_str()) {
-                        args.push(Some(v));
-                    } else {
-                        all = false;
-                        break;
-                    }
-                }
-                if !all {
+                // Every present input must be known, or a weight the folder takes; only then
+                // are the weights among them read.
+                let available = node.inputs.iter().all(|i| {
+                    i.is_empty()
+                        || known.contains_key(i.as_str())
+                        || weights.get(i.as_str()).is_some_and(|t| Value::fits(t))
+                });
+                if !available {
                     continue;
                 }
-                eval(node, model.opset, &args)
+                for i in &node.inputs {
+                    if !i.is_empty() && !known.contains_key(i.as_str()) {
+                        if let Some(v) = weights.get(i.as_str()).and_then(|t| Value::from_tensor(t))
+                        {
+                            known.insert(i.as_str(), v);
+                            out.weights_read.push(i.clone());
+                        }
+                    }
+                }
+                let args: Vec<Option<&Value>> = node
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        if i.is_empty() {
+                            None
+                        } else {
+                            known.get(i.as_str())
+                        }
+                    })
+                    .collect();
+                if args
+                    .iter()
+                    .zip(&node.inputs)
+                    .any(|(a, i)| a.is_none() && !i.is_empty())
+                {
+                    continue;
+                }
+                eval(node, model.opset, &args).and_then(|v| {
+                    // Every operator checks its result; this keeps the invariant whatever
+                    // an operator does.
+                    if v.shape.len() > MAX_FOLD_RANK {
+                        Err(Skip::TooHigh(v.shape.len()))
+                    } else {
+                        Ok(v)
+                    }
+                })
             }
         };
         match result {
@@ -312,6 +375,16 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                     format!(
                         "the result would have {n} elements, more than the folding limit of \
                          {MAX_FOLD_ELEMENTS}; the node is left to run"
+                    ),
+                )
+                .with_place(node.place(&model.file, model.opset)),
+            ),
+            Err(Skip::TooHigh(r)) => out.warnings.push(
+                Diagnostic::warning(
+                    W3054,
+                    format!(
+                        "the result would have rank {r}, more than the folding limit of \
+                         {MAX_FOLD_RANK}; the node is left to run"
                     ),
                 )
                 .with_place(node.place(&model.file, model.opset)),
@@ -374,6 +447,9 @@ fn attr_ints(node: &Node, name: &str) -> Option<Vec<i64>> {
 
 /// `Shape` and `Size` of a value whose shape is known.
 fn eval_shape(node: &Node, opset: i64, shape: &[u64]) -> R<Value> {
+    if shape.len() > MAX_FOLD_RANK {
+        return Err(Skip::TooHigh(shape.len()));
+    }
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     if node.op_type == "Size" {
         let n = shape.iter().try_fold(1i64, |n, &d| n.checked_mul(d as i64));
@@ -397,11 +473,20 @@ fn eval_shape(node: &Node, opset: i64, shape: &[u64]) -> R<Value> {
     Ok(Value::scalar_i64(vec![v.len()], v))
 }
 
-/// The element count of a result, refused over the limit. A dimension over the limit is refused
-/// even when another is zero, so that no per-axis work is unbounded either.
+/// The element count of a result, refused over the limit. A rank over [`MAX_FOLD_RANK`], or a
+/// dimension over [`MAX_FOLD_ELEMENTS`], is refused even when another dimension is zero (and the
+/// count 0), so that per-axis work is bounded too: at most [`MAX_FOLD_RANK`] axes of at most
+/// [`MAX_FOLD_ELEMENTS`] each.
 fn count(shape: &[usize]) -> R<usize> {
+    if shape.len() > MAX_FOLD_RANK {
+        return Err(Skip::TooHigh(shape.len()));
+    }
     if let Some(&d) = shape.iter().find(|&&d| d > MAX_FOLD_ELEMENTS) {
         return Err(Skip::TooBig(d as u128));
+    }
+    if shape.contains(&0) {
+        // Before the product, which could overflow even u128 ahead of the zero.
+        return Ok(0);
     }
     let n = shape
         .iter()
@@ -449,14 +534,21 @@ fn broadcast(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
 
 /// For each element of `out` (row-major), the position of the element of a value of shape
 /// `shape` broadcast to it.
+///
+/// `out` has passed [`count`]: its rank and dimensions are bounded. With no elements nothing is
+/// computed; strides saturate rather than overflow (they can only grow past `usize` when a
+/// dimension is zero, and then no element uses them).
 fn broadcast_index(shape: &[usize], out: &[usize], n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
     let r = out.len();
     let mut strides = vec![0usize; r];
-    let mut s = 1;
+    let mut s: usize = 1;
     for i in (0..shape.len()).rev() {
         let j = i + r - shape.len();
         strides[j] = if shape[i] == 1 { 0 } else { s };
-        s *= shape[i];
+        s = s.saturating_mul(shape[i]);
     }
     let mut idx = Vec::with_capacity(n);
     let mut pos = vec![0usize; r];
@@ -699,6 +791,9 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                 attr_ints(node, "axes").ok_or(Skip::Fail("`axes` is missing".into()))?
             };
             let r = a.shape.len() + axes.len();
+            if r > MAX_FOLD_RANK {
+                return Err(Skip::TooHigh(r));
+            }
             let mut norm = axes
                 .iter()
                 .map(|&x| norm_axis(x, r))
@@ -742,8 +837,12 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                 }
                 None => (0..r).filter(|&k| a.shape[k] == 1).collect(),
             };
+            let mut dropped = vec![false; r];
+            for &k in &drop {
+                dropped[k] = true;
+            }
             let shape = (0..r)
-                .filter(|k| !drop.contains(k))
+                .filter(|&k| !dropped[k])
                 .map(|k| a.shape[k])
                 .collect();
             Ok(Value {
@@ -1018,8 +1117,14 @@ fn slice(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return fail("`starts`, `ends`, `axes` and `steps` differ in length");
     }
-    // Per axis, the positions kept.
-    let mut keep: Vec<Vec<usize>> = a.shape.iter().map(|&d| (0..d).collect()).collect();
+    // Per axis, the first position kept, the step and the count kept: arithmetic, no list of
+    // positions (the rank is bounded, each axis is at most MAX_FOLD_ELEMENTS).
+    if r > MAX_FOLD_RANK {
+        return Err(Skip::TooHigh(r));
+    }
+    let mut first = vec![0usize; r];
+    let mut stride = vec![1i128; r];
+    let mut shape = a.shape.clone();
     let mut seen = vec![false; r];
     for k in 0..starts.len() {
         let axis = norm_axis(axes[k], r)?;
@@ -1047,27 +1152,40 @@ fn slice(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
             s = s.clamp(0, (dim - 1).max(0));
             e = e.clamp(-1, dim - 1);
         }
-        let mut v = Vec::new();
-        let mut i = s;
-        while (step > 0 && i < e) || (step < 0 && i > e) {
-            v.push(i as usize);
-            i += step;
-        }
-        if dim == 0 {
-            v.clear();
-        }
-        keep[axis] = v;
+        let len = if dim == 0 {
+            0
+        } else if step > 0 && s < e {
+            (e - s + step - 1) / step
+        } else if step < 0 && s > e {
+            (s - e - step - 1) / -step
+        } else {
+            0
+        };
+        first[axis] = s as usize;
+        stride[axis] = step;
+        shape[axis] = len as usize;
     }
-    let shape: Vec<usize> = keep.iter().map(Vec::len).collect();
     let n = count(&shape)?;
+    if n == 0 {
+        return Ok(Value {
+            shape,
+            data: a.data.take(&[]),
+        });
+    }
+    // Every dimension of the input is positive here, so these strides are at most its element
+    // count; saturating keeps them from overflowing regardless.
     let mut strides = vec![1usize; r];
     for k in (0..r.saturating_sub(1)).rev() {
-        strides[k] = strides[k + 1] * a.shape[k + 1];
+        strides[k] = strides[k + 1].saturating_mul(a.shape[k + 1]);
     }
     let mut pos = Vec::with_capacity(n);
     let mut cur = vec![0usize; r];
     for _ in 0..n {
-        pos.push((0..r).map(|k| keep[k][cur[k]] * strides[k]).sum());
+        pos.push(
+            (0..r)
+                .map(|k| (first[k] as i128 + cur[k] as i128 * stride[k]) as usize * strides[k])
+                .sum(),
+        );
         for k in (0..r).rev() {
             cur[k] += 1;
             if cur[k] < shape[k] {
@@ -1493,5 +1611,275 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v, i64v(&[1, 4], &[4, 5, 6, 7]));
+    }
+
+    /// A value with no elements whose other dimensions are as large as allowed: the per-axis
+    /// work on it must stay bounded, and nothing may overflow.
+    fn empty(shape: &[usize]) -> Value {
+        i64v(shape, &[])
+    }
+
+    fn too_high(r: R<Value>) -> usize {
+        match r {
+            Err(Skip::TooHigh(r)) => r,
+            other => panic!("expected a refused rank, got {other:?}"),
+        }
+    }
+
+    const M: usize = MAX_FOLD_ELEMENTS;
+
+    #[test]
+    fn ranks_are_limited_everywhere() {
+        let t = |shape: Vec<u64>| TensorData::new(DType::I64, shape, Bytes::new()).unwrap();
+        // A zero dimension makes the count 0 whatever the rest: the rank must still be refused.
+        let mut dims = vec![M as u64; 1000];
+        dims[0] = 0;
+        assert!(Value::from_tensor(&t(dims)).is_none());
+        let mut dims = vec![M as u64; MAX_FOLD_RANK];
+        dims[0] = 0;
+        assert_eq!(
+            Value::from_tensor(&t(dims)).unwrap().shape.len(),
+            MAX_FOLD_RANK
+        );
+        assert!(count(&vec![1; MAX_FOLD_RANK + 1]).is_err());
+        let n = node("Shape", 1, vec![]);
+        assert_eq!(too_high(eval_shape(&n, 13, &vec![1; 65])), 65);
+        let n = node("Size", 1, vec![]);
+        assert_eq!(too_high(eval_shape(&n, 13, &vec![0; 1 << 20])), 1 << 20);
+        // ConstantOfShape and Expand from a long shape.
+        let mut long = vec![M as i64; 1000];
+        long[0] = 0;
+        let long = i64v(&[1000], &long);
+        assert_eq!(
+            too_high(run("ConstantOfShape", 13, vec![], &[Some(&long)])),
+            1000
+        );
+        let one = i64v(&[], &[1]);
+        assert_eq!(
+            too_high(run("Expand", 13, vec![], &[Some(&one), Some(&long)])),
+            1000
+        );
+        // Reshape to a long shape of ones.
+        let ones = i64v(&[M], &vec![1; M]);
+        assert_eq!(
+            too_high(run("Reshape", 13, vec![], &[Some(&one), Some(&ones)])),
+            M
+        );
+        // Unsqueeze with 2^20 axes (a Range as the axes): refused before any per-axis work.
+        let axes = ok(
+            "Range",
+            vec![],
+            &[&i64v(&[], &[0]), &i64v(&[], &[M as i64]), &one],
+        );
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            too_high(run("Unsqueeze", 13, vec![], &[Some(&one), Some(&axes)])),
+            M
+        );
+        assert!(t0.elapsed().as_secs() < 5);
+        let axes65 = i64v(&[65], &(0..65).collect::<Vec<_>>());
+        assert_eq!(
+            too_high(run("Unsqueeze", 13, vec![], &[Some(&one), Some(&axes65)])),
+            65
+        );
+        let axes64 = i64v(&[64], &(0..64).collect::<Vec<_>>());
+        let u = ok("Unsqueeze", vec![], &[&one, &axes64]);
+        assert_eq!(u.shape, vec![1; 64]);
+        // Squeeze of the rank-64 value with 2^20 (repeated) axes.
+        let zeros = i64v(&[M], &vec![0; M]);
+        let sq = ok("Squeeze", vec![], &[&u, &zeros]);
+        assert_eq!(sq.shape, vec![1; 63]);
+        let axes63 = i64v(&[63], &(0..63).collect::<Vec<_>>());
+        assert_eq!(ok("Squeeze", vec![], &[&sq, &axes63]).shape.len(), 0);
+        // Gather whose result would pass the rank limit.
+        let mut d = vec![1; 64];
+        d[0] = 2;
+        let data = i64v(&d, &[1, 2]);
+        let idx = i64v(&[1; 2], &[0]);
+        assert_eq!(
+            too_high(run("Gather", 13, vec![], &[Some(&data), Some(&idx)])),
+            65
+        );
+    }
+
+    #[test]
+    fn empty_values_with_huge_extents_stay_bounded() {
+        // [0, 2^20, 2^20, 2^20, 2^20]: the strides overflow usize, the count is 0.
+        let x = empty(&[0, M, M, M, M]);
+        let t0 = std::time::Instant::now();
+        assert_eq!(ok("Add", vec![], &[&x, &x]), x);
+        assert_eq!(ok("Mul", vec![], &[&x, &i64v(&[1], &[3])]), x);
+        let c = Value {
+            shape: vec![0, M, M, M, M],
+            data: Data::Bool(vec![]),
+        };
+        assert_eq!(ok("Where", vec![], &[&c, &x, &x]), x);
+        let shape = i64v(&[5], &[0, M as i64, M as i64, M as i64, M as i64]);
+        assert_eq!(ok("Expand", vec![], &[&x, &shape]), x);
+        assert_eq!(
+            ok("ConstantOfShape", vec![], &[&shape]).shape,
+            vec![0, M, M, M, M]
+        );
+        // Slice: only the sliced axes are looked at, and an empty input returns at once.
+        let (s0, e1, a1) = (i64v(&[1], &[0]), i64v(&[1], &[1]), i64v(&[1], &[1]));
+        let sl = |a: &Value, axes: Option<&Value>| {
+            run(
+                "Slice",
+                13,
+                vec![],
+                &[Some(a), Some(&s0), Some(&e1), axes, None],
+            )
+            .unwrap()
+        };
+        assert_eq!(sl(&x, None), x);
+        assert_eq!(sl(&x, Some(&a1)).shape, [0, 1, M, M, M]);
+        let mut wide = vec![M; MAX_FOLD_RANK];
+        wide[MAX_FOLD_RANK - 1] = 0;
+        let w = empty(&wide);
+        let mut want = wide.clone();
+        want[0] = 1;
+        assert_eq!(sl(&w, None).shape, want);
+        assert_eq!(ok("Add", vec![], &[&w, &w]), w);
+        // A negative-step slice of an empty axis keeps nothing.
+        let v = run(
+            "Slice",
+            13,
+            vec![],
+            &[
+                Some(&x),
+                Some(&i64v(&[1], &[-1])),
+                Some(&i64v(&[1], &[i64::MIN])),
+                Some(&i64v(&[1], &[0])),
+                Some(&i64v(&[1], &[-1])),
+            ],
+        )
+        .unwrap();
+        assert_eq!(v, x);
+        assert!(t0.elapsed().as_secs() < 5, "took {:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn only_the_weights_a_folded_node_consumes_are_read() {
+        use crate::onnx::model::{Graph, Model, Weight};
+        let w = |name: &str, dtype: DType, shape: Vec<u64>, bytes: Vec<u8>| Weight {
+            name: name.into(),
+            data: TensorData::new(dtype, shape, Bytes::from(bytes)).unwrap(),
+            constant_node: None,
+        };
+        let n = |k: usize, op: &str, inputs: &[&str], out: &str| Node {
+            index: k,
+            name: format!("n{k}"),
+            op_type: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![out.into()],
+            attributes: vec![],
+        };
+        let model = Model {
+            file: "m.onnx".into(),
+            ir_version: 8,
+            producer: String::new(),
+            opset: 13,
+            graph: Graph {
+                weights: vec![
+                    w(
+                        "conv_w",
+                        DType::F32,
+                        vec![16, 3, 3, 3],
+                        vec![0; 16 * 27 * 4],
+                    ),
+                    w("bias", DType::F32, vec![16], vec![0; 64]),
+                    w("two", DType::I64, vec![1], 2i64.to_le_bytes().to_vec()),
+                    w("unused", DType::I64, vec![1], 5i64.to_le_bytes().to_vec()),
+                ],
+                nodes: vec![
+                    // `x` is unknown: the node does not fold, its weights are not read.
+                    n(0, "Add", &["x", "bias"], "y"),
+                    n(1, "Mul", &["x", "conv_w"], "z"),
+                    n(2, "Add", &["two", "two"], "four"),
+                ],
+                ..Graph::default()
+            },
+            warnings: vec![],
+        };
+        let f = fold(&model, &DeclaredShapes::default()).unwrap();
+        assert_eq!(f.weights_read, ["two"]);
+        assert_eq!(f.folded, [2]);
+        assert_eq!(f.values["four"].to_i64().unwrap(), [4]);
+    }
+
+    #[test]
+    fn rank_limits_in_a_whole_model_warn_and_leave_nodes() {
+        use crate::onnx::model::{Graph, Model, Weight};
+        let mut dims = vec![M as i64; 1000];
+        dims[0] = 0;
+        let bytes: Vec<u8> = dims.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let mut big = vec![M as u64; 1000];
+        big[0] = 0;
+        let model = Model {
+            file: "m.onnx".into(),
+            ir_version: 8,
+            producer: String::new(),
+            opset: 13,
+            graph: Graph {
+                weights: vec![
+                    Weight {
+                        name: "dims".into(),
+                        data: TensorData::new(DType::I64, vec![1000], Bytes::from(bytes)).unwrap(),
+                        constant_node: None,
+                    },
+                    Weight {
+                        name: "big".into(),
+                        data: TensorData::new(DType::I64, big, Bytes::new()).unwrap(),
+                        constant_node: None,
+                    },
+                    Weight {
+                        name: "se".into(),
+                        data: TensorData::new(DType::I64, vec![1], Bytes::from(vec![0u8; 8]))
+                            .unwrap(),
+                        constant_node: None,
+                    },
+                ],
+                nodes: vec![
+                    Node {
+                        index: 0,
+                        name: "c".into(),
+                        op_type: "ConstantOfShape".into(),
+                        inputs: vec!["dims".into()],
+                        outputs: vec!["c".into()],
+                        attributes: vec![],
+                    },
+                    Node {
+                        index: 1,
+                        name: "s".into(),
+                        op_type: "Slice".into(),
+                        inputs: vec!["big".into(), "se".into(), "se".into()],
+                        outputs: vec!["s".into()],
+                        attributes: vec![],
+                    },
+                    Node {
+                        index: 2,
+                        name: "sh".into(),
+                        op_type: "Shape".into(),
+                        inputs: vec!["big".into()],
+                        outputs: vec!["sh".into()],
+                        attributes: vec![],
+                    },
+                ],
+                ..Graph::default()
+            },
+            warnings: vec![],
+        };
+        let t0 = std::time::Instant::now();
+        let f = fold(&model, &DeclaredShapes::default()).unwrap();
+        assert!(t0.elapsed().as_secs() < 5);
+        assert!(f.folded.is_empty());
+        assert!(!f.weights_read.contains(&"big".to_string()));
+        let warned: Vec<_> = f.warnings.iter().map(|d| d.code).collect();
+        assert_eq!(warned, [W3054, W3054]);
+        assert!(
+            f.warnings[0].message.contains("rank 1000"),
+            "{:?}",
+            f.warnings
+        );
     }
 }

@@ -46,9 +46,10 @@ pub fn from_ident(ident: &str) -> Option<String> {
         if b[i] == b'_' && b.get(i + 1) == Some(&b'u') {
             let end = i + 2 + ident[i + 2..].find('_')?;
             let hex = &ident[i + 2..end];
-            // Only the canonical spelling: lowercase, no leading zeros, not empty.
+            // Only the canonical spelling: lowercase, no leading zeros (`0` itself, for NUL,
+            // is canonical), not empty.
             if hex.is_empty()
-                || hex.starts_with('0')
+                || (hex.starts_with('0') && hex != "0")
                 || !hex.bytes().all(|h| matches!(h, b'0'..=b'9' | b'a'..=b'f'))
                 || hex.len() > 6
             {
@@ -103,6 +104,11 @@ mod tests {
         assert_eq!(from_ident("a_u41_"), None, "non-canonical escape");
         assert_eq!(from_ident("a-b"), None);
         assert_eq!(from_ident("a_u"), None);
+        // NUL is escaped as `_u0_`, the one canonical escape that starts with `0`.
+        assert_eq!(to_ident("a\0b"), "a_u0_b");
+        assert_eq!(from_ident("a_u0_b").unwrap(), "a\0b");
+        assert_eq!(from_ident("a_u00_b"), None, "leading zero");
+        assert_eq!(from_ident("_u0_").unwrap(), "\0");
     }
 
     fn names() -> impl Strategy<Value = String> {
@@ -110,6 +116,7 @@ mod tests {
             "[a-zA-Z0-9_:./u-]{0,12}",
             any::<String>(),
             "(_u|u_|_|/|::|[0-9]|[a-f]){0,10}",
+            "(\\x00|\\x01|a|_|0){0,8}",
         ]
     }
 
@@ -132,7 +139,7 @@ mod tests {
         }
 
         #[test]
-        fn decoding_accepts_only_what_encoding_makes(s in "[a-z_/0-9u]{0,12}") {
+        fn decoding_accepts_only_what_encoding_makes(s in "[a-z_/0-9u]{0,12}|(_u0_|_u|0|a|_){0,6}") {
             if let Some(name) = from_ident(&s) {
                 prop_assert_eq!(to_ident(&name), s);
             }

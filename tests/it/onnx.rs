@@ -640,6 +640,124 @@ fn folding_errors_name_the_node_and_huge_results_stay_unfolded() {
     assert_eq!(warned, [W3054, W3054]);
 }
 
+// Crafted inputs the mutation test cannot reach: high ranks, values with no elements whose other
+// dimensions are huge, long `axes` inputs. Each must fold (or stay unfolded with W3054) quickly,
+// without a panic, an overflow or an unbounded allocation.
+
+const M: i64 = 1 << 20;
+
+fn fold_quickly(m: &ModelProto) -> Option<collage::onnx::fold::Folding> {
+    let t0 = std::time::Instant::now();
+    let r = match load(m) {
+        Ok(m) => Some(fold(&m, &DeclaredShapes::default()).expect("no E3021 here")),
+        Err(ds) => {
+            assert!(ds.iter().all(|d| d.code.id.starts_with("E30")), "{ds:?}");
+            None
+        }
+    };
+    assert!(t0.elapsed().as_secs() < 10, "took {:?}", t0.elapsed());
+    r
+}
+
+#[test]
+fn high_rank_and_empty_huge_values_fold_in_bounded_time() {
+    // An initializer of rank 1001 with no elements, sliced; a ConstantOfShape from a
+    // 1000-element shape; a Shape of the initializer.
+    let mut dims = vec![M; 1001];
+    dims[0] = 0;
+    let m = b::model(
+        13,
+        b::graph(
+            vec![
+                b::node("Slice", &["big", "s0", "s1"], &["sl"], vec![]),
+                b::node("ConstantOfShape", &["dims"], &["c"], vec![]),
+                b::node("Shape", &["big"], &["sh"], vec![]),
+                b::node("Add", &["c", "c"], &["cc"], vec![]),
+            ],
+            vec![],
+            vec![b::value("cc", code::FLOAT, &["?"])],
+            vec![
+                b::i64s("big", &dims, &[]),
+                b::i64s("dims", &[1000], &dims[..1000]),
+                b::i64s("s0", &[1], &[0]),
+                b::i64s("s1", &[1], &[1]),
+            ],
+        ),
+    );
+    if let Some(f) = fold_quickly(&m) {
+        assert!(f.folded.is_empty(), "{:?}", f.folded);
+        assert!(f.values.is_empty());
+        let warned: Vec<Code> = f.warnings.iter().map(|d| d.code).collect();
+        assert_eq!(warned, [W3054, W3054]);
+        assert!(f.weights_read.iter().all(|w| w != "big"));
+    }
+}
+
+#[test]
+fn a_long_axes_input_is_refused_before_any_per_axis_work() {
+    // Range(0, 2^20, 1) as the axes of Unsqueeze: a rank 2^20 value would make Squeeze and
+    // Add quadratic. The Unsqueeze is left to run, and so is everything after it.
+    let m = b::model(
+        13,
+        b::graph(
+            vec![
+                b::node("Range", &["zero", "n", "one"], &["axes"], vec![]),
+                b::node("Unsqueeze", &["one", "axes"], &["u"], vec![]),
+                b::node("Squeeze", &["u", "axes"], &["sq"], vec![]),
+                b::node("Add", &["u", "u"], &["uu"], vec![]),
+            ],
+            vec![],
+            vec![b::value("uu", code::INT64, &["?"])],
+            vec![
+                b::i64s("zero", &[], &[0]),
+                b::i64s("one", &[], &[1]),
+                b::i64s("n", &[], &[M]),
+            ],
+        ),
+    );
+    let f = fold_quickly(&m).expect("the model loads");
+    assert_eq!(f.folded, [0]);
+    let warned: Vec<Code> = f.warnings.iter().map(|d| d.code).collect();
+    assert_eq!(warned, [W3054]);
+    assert!(
+        f.warnings[0].message.contains("rank 1048576"),
+        "{:?}",
+        f.warnings
+    );
+}
+
+#[test]
+fn zero_size_values_with_huge_extents_fold_without_overflow() {
+    // [0, 2^20, 2^20, 2^20, 2^20]: its strides overflow 64 bits; it has no elements.
+    let m = b::model(
+        13,
+        b::graph(
+            vec![
+                b::node("ConstantOfShape", &["dims"], &["c"], vec![]),
+                b::node("Add", &["c", "c"], &["a"], vec![]),
+                b::node("Slice", &["a", "s0", "s1", "ax"], &["sl"], vec![]),
+                b::node("Expand", &["c", "dims"], &["e"], vec![]),
+                b::node("Unsqueeze", &["sl", "ax"], &["u"], vec![]),
+                b::node("Squeeze", &["u", "ax"], &["sq"], vec![]),
+                b::node("Shape", &["sq"], &["sh"], vec![]),
+            ],
+            vec![],
+            vec![b::value("sh", code::INT64, &["5"])],
+            vec![
+                b::i64s("dims", &[5], &[0, M, M, M, M]),
+                b::i64s("s0", &[1], &[0]),
+                b::i64s("s1", &[1], &[1]),
+                b::i64s("ax", &[1], &[2]),
+            ],
+        ),
+    );
+    let f = fold_quickly(&m).expect("the model loads");
+    assert_eq!(f.folded, [0, 1, 2, 3, 4, 5, 6]);
+    assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+    assert_eq!(f.values["sh"].to_i64().unwrap(), [0, M, 1, M, M]);
+    assert!(f.values["a"].shape == [0, M as u64, M as u64, M as u64, M as u64]);
+}
+
 // Mutation test: edited model bytes decode, check, bind and fold without a crash.
 
 #[derive(Clone, Debug)]

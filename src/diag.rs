@@ -255,22 +255,25 @@ impl<'a> IntoIterator for &'a Diagnostics {
 
 /// Whether `c` would act on a terminal rather than show: C0 controls other than tab, line
 /// feed and carriage return, DEL and the C1 controls (ESC starts escape sequences; `\u{9b}` is
-/// a one-character CSI).
+/// a one-character CSI), and the bidirectional embeddings, overrides and isolates
+/// (U+202A-U+202E, U+2066-U+2069), which reorder what follows them on the line.
 fn is_control(c: char) -> bool {
-    c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+    (c.is_control() && !matches!(c, '\t' | '\n' | '\r')) || is_bidi(c)
 }
 
-/// `text` with every terminal control character (see [`is_control`]) written as a visible
-/// escape such as `\u{1b}`, so user text in a message (a string attribute, a name, a file name)
-/// cannot move the cursor, recolour or retitle the terminal. Every diagnostic's message,
-/// labels, notes and file names go through it when rendered.
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(is_control) {
+/// The bidirectional formatting characters that change the order text is shown in.
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every character `escape` picks written as a visible escape such as `\u{1b}`.
+fn escape_with(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&escape) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if is_control(c) {
+        if escape(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
@@ -279,16 +282,37 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// `text` with each control character replaced by `?` repeated to its UTF-8 length, so the
-/// source lines shown under a diagnostic keep their byte offsets but carry no terminal
-/// controls.
+/// `text` with every terminal control character (see [`is_control`]), carriage return and
+/// line feed written as a visible escape such as `\u{1b}`, so user text in a message (a string
+/// attribute, a name, a file name) cannot move the cursor, recolour or retitle the terminal,
+/// overwrite its line (`\r`) or start a line that looks like another diagnostic (`\n`). Every
+/// diagnostic's message, labels, model place and file names go through it when rendered;
+/// notes go through [`escape_note`].
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_with(text, |c| is_control(c) || matches!(c, '\n' | '\r'))
+}
+
+/// A note as [`escape_controls`] writes it, but keeping its line feeds: a note may hold
+/// several lines (a tool's output), which the renderer indents under its `= `, so none can
+/// pass for a diagnostic of its own. Carriage returns are escaped.
+pub fn escape_note(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_with(text, |c| is_control(c) || c == '\r')
+}
+
+/// `text` with each control character, and each carriage return not ending a line, replaced
+/// by `?` repeated to its UTF-8 length, so the source lines shown under a diagnostic keep
+/// their byte offsets but carry no terminal controls.
 fn blank_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(is_control) {
+    let lone_cr = |i: usize, c: char| c == '\r' && text.as_bytes().get(i + 1) != Some(&b'\n');
+    if !text
+        .char_indices()
+        .any(|(i, c)| is_control(c) || lone_cr(i, c))
+    {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if is_control(c) {
+    for (i, c) in text.char_indices() {
+        if is_control(c) || lone_cr(i, c) {
             out.extend(std::iter::repeat_n('?', c.len_utf8()));
         } else {
             out.push(c);
@@ -396,7 +420,7 @@ fn to_codespan(d: &Diagnostic, sources: &SourceMap) -> cs::Diagnostic<FileId> {
             d.place
                 .iter()
                 .map(|p| escape_controls(&p.to_string()).into_owned())
-                .chain(d.notes.iter().map(|n| escape_controls(n).into_owned()))
+                .chain(d.notes.iter().map(|n| escape_note(n).into_owned()))
                 .collect(),
         )
 }
@@ -489,7 +513,55 @@ mod tests {
         assert!(text.contains("m\\u{1b}]0;t\\u{7}.relay:1:1"), "{text}");
         // The source line keeps its columns: the control is one `?` per byte.
         assert!(text.contains("%x?[2J = 1;??31m"), "{text}");
-        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(escape_controls("plain\ttext"), "plain\ttext");
+        assert_eq!(escape_note("two\nlines"), "two\nlines");
+    }
+
+    /// A carriage return or line feed in user text cannot overwrite the line or fake another
+    /// diagnostic, and bidirectional overrides cannot reorder what is shown.
+    #[test]
+    fn line_breaks_and_bidi_overrides_are_escaped() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("m\n.relay", "%x = 1;\r\u{202e}ab\r\n");
+        let d = Diagnostic::error(E0201, "node `x\rerror: ok`\nerror[E0000]: fake")
+            .with_primary(Span::new(f, 0, 2), "label\r\u{2066}x\u{2069}")
+            .with_note("note\rnote \u{202a}y\u{202c}\nsecond line")
+            .with_place(ModelPlace {
+                file: "m\r.onnx".into(),
+                node: Some(NodePlace {
+                    index: 0,
+                    name: "n\nerror: fake".into(),
+                    op_type: "Add".into(),
+                }),
+                tensor: None,
+                opset: None,
+            });
+        let text = render_plain(&d, &sm);
+        assert!(!text.contains('\r'), "{text:?}");
+        assert!(!text.chars().any(is_bidi), "{text:?}");
+        assert!(
+            text.contains("node `x\\u{d}error: ok`\\u{a}error[E0000]: fake"),
+            "{text}"
+        );
+        assert!(text.contains("label\\u{d}\\u{2066}x\\u{2069}"), "{text}");
+        assert!(text.contains("m\\u{a}.relay"), "{text}");
+        assert!(text.contains("m\\u{d}.onnx"), "{text}");
+        assert!(text.contains("n\\u{a}error: fake"), "{text}");
+        assert!(
+            text.contains("note\\u{d}note \\u{202a}y\\u{202c}"),
+            "{text}"
+        );
+        // Every line that starts a diagnostic is the real one; the note's second line is
+        // indented under it.
+        let starts: Vec<&str> = text.lines().filter(|l| l.starts_with("error")).collect();
+        assert_eq!(starts.len(), 1, "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(' ') && l.ends_with("second line")),
+            "{text}"
+        );
+        // The source line keeps its columns: a lone `\r` is one `?`, an override three.
+        assert!(text.contains("%x = 1;????ab"), "{text}");
     }
 
     #[test]

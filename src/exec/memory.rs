@@ -164,7 +164,23 @@ fn read_u64(path: &std::path::Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// The room under each memory limit of the process's cgroups (and their ancestors).
+/// The value of `key` in the text of a cgroup's `memory.stat` (`key value` lines).
+fn stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// A cgroup's working set: its usage without the inactive page cache (`inactive` of
+/// `memory.stat`), which the kernel reclaims before it refuses memory. Usage as it is when
+/// `memory.stat` has no such line.
+fn working_set(used: u64, stat: &str, inactive: &str) -> u64 {
+    used.saturating_sub(stat_field(stat, inactive).unwrap_or(0))
+}
+
+/// The room under each memory limit of the process's cgroups (and their ancestors), the
+/// usage counted as the working set ([`working_set`]).
 fn cgroup_room() -> Vec<Limit> {
     let mut out = Vec::new();
     let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
@@ -176,13 +192,19 @@ fn cgroup_room() -> Vec<Limit> {
         else {
             continue;
         };
-        let (root, limit, usage) = if controllers.is_empty() {
-            ("/sys/fs/cgroup", "memory.max", "memory.current")
+        let (root, limit, usage, inactive) = if controllers.is_empty() {
+            (
+                "/sys/fs/cgroup",
+                "memory.max",
+                "memory.current",
+                "inactive_file",
+            )
         } else if controllers.split(',').any(|c| c == "memory") {
             (
                 "/sys/fs/cgroup/memory",
                 "memory.limit_in_bytes",
                 "memory.usage_in_bytes",
+                "total_inactive_file",
             )
         } else {
             continue;
@@ -198,6 +220,8 @@ fn cgroup_room() -> Vec<Limit> {
             {
                 // cgroup v1 writes "no limit" as a huge number.
                 if max < 1 << 60 {
+                    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+                    let used = working_set(used, &stat, inactive);
                     out.push(Limit {
                         bytes: max.saturating_sub(used),
                         source: format!("the cgroup limit in {}", dir.join(limit).display()),
@@ -261,6 +285,28 @@ pub fn check(need: &Need, limit: &Limit) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The page cache the kernel can reclaim is not counted against a cgroup's limit.
+    #[test]
+    fn the_working_set_leaves_out_inactive_page_cache() {
+        let v2 = "anon 1048576\nfile 8388608\nactive_file 2097152\ninactive_file 6291456\n";
+        assert_eq!(stat_field(v2, "inactive_file"), Some(6291456));
+        assert_eq!(stat_field(v2, "file"), Some(8388608));
+        assert_eq!(stat_field(v2, "active"), None);
+        assert_eq!(
+            working_set(10 << 20, v2, "inactive_file"),
+            (10 << 20) - 6291456
+        );
+        let v1 = "cache 100\ninactive_file 7\ntotal_cache 100\ntotal_inactive_file 40\n";
+        assert_eq!(working_set(1000, v1, "total_inactive_file"), 960);
+        // No memory.stat, a malformed line, or more inactive than used.
+        assert_eq!(working_set(1000, "", "inactive_file"), 1000);
+        assert_eq!(
+            working_set(1000, "inactive_file x\n", "inactive_file"),
+            1000
+        );
+        assert_eq!(working_set(10, v2, "inactive_file"), 0);
+    }
 
     fn load(text: &str) -> Module {
         let mut sm = crate::source::SourceMap::new();

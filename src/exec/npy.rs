@@ -293,6 +293,20 @@ pub fn read(bytes: &[u8]) -> Result<Tensor, String> {
         )
     })?;
     let data = &bytes[start + len..];
+    // Every extent is bounded, also when another is 0 (no data): the strides of the shape,
+    // products of extents, must fit.
+    let spread = h
+        .shape
+        .iter()
+        .try_fold(h.size.max(1), |n, &d| n.checked_mul(d.max(1)))
+        .filter(|&n| n as u64 <= crate::exec::tensor::MAX_TENSOR_BYTES);
+    if spread.is_none() {
+        return Err(invalid(&format!(
+            "the shape {:?} is too large (extents other than 0 multiply to more than {} bytes)",
+            h.shape,
+            crate::exec::tensor::MAX_TENSOR_BYTES
+        )));
+    }
     let declared = h
         .shape
         .iter()
@@ -456,6 +470,21 @@ mod tests {
         assert!(read(&npy(2, h, &[0; 16]))
             .unwrap_err()
             .contains("too large"));
+        // An empty array whose other extents are huge: no data, but strides that would
+        // overflow (in Fortran order, transposed).
+        for order in ["True", "False"] {
+            for shape in [
+                "(1099511627776, 1099511627776, 1099511627776, 0)",
+                "(0, 1099511627776, 1099511627776, 1099511627776)",
+                "(0, 18446744073709551615)",
+            ] {
+                let h = format!("{{'descr': '<f4', 'fortran_order': {order}, 'shape': {shape}, }}");
+                let e = read(&npy(2, h.as_bytes(), b"")).unwrap_err();
+                assert!(e.contains("too large"), "{shape}: {e}");
+            }
+        }
+        let h = b"{'descr': '<f4', 'fortran_order': True, 'shape': (3, 0, 2), }";
+        assert_eq!(read(&npy(1, h, b"")).unwrap().shape(), &[3, 0, 2]);
         let h = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
         assert!(read(&npy(1, h, &[0; 7])).is_err());
         assert!(read(&npy(1, h, &[0; 9])).is_err());

@@ -29,12 +29,11 @@ use crate::ir::DType;
 use half::f16;
 use ort::value::{DynValue, TensorElementType, ValueType};
 use std::ffi::{c_char, OsStr, OsString};
-use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The environment variable that names the library file.
 pub const LIBRARY_ENV: &str = "COLLAGE_ORT_LIBRARY";
@@ -168,47 +167,38 @@ fn find_on_path(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// Runs `python -c WHERE_IS_ONNXRUNTIME` (at most `timeout`): the package's folder.
+///
+/// It runs as the C compiler does ([`crate::backend::native::compile::run`]): in its own
+/// process group, killed whole when the time is up or collage dies, its outputs read while it
+/// runs and capped, so neither a hung interpreter nor a process it left holding a pipe can
+/// stall collage.
 fn ask_python(python: &Path, timeout: Duration) -> Result<PathBuf, String> {
-    let mut child = Command::new(python)
-        .args(["-c", WHERE_IS_ONNXRUNTIME])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot be run ({e})"))?;
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "did not say where onnxruntime is within {} s",
-                    timeout.as_secs_f64()
-                ));
-            }
-            Err(e) => return Err(format!("cannot be waited for ({e})")),
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", WHERE_IS_ONNXRUNTIME]);
+    let out = match crate::backend::native::compile::run(&mut cmd, timeout) {
+        Ok(c) => c.stdout,
+        Err(f) if f.timed_out => {
+            return Err(format!(
+                "did not say where onnxruntime is within {} s",
+                timeout.as_secs_f64()
+            ))
+        }
+        Err(f) if f.why.starts_with("cannot be started") => {
+            return Err(f.why.replacen("cannot be started: ", "cannot be run (", 1) + ")")
+        }
+        Err(f) => {
+            let last = f
+                .stderr
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty());
+            return Err(match last {
+                Some(l) => format!("no onnxruntime package ({l})"),
+                None => format!("no onnxruntime package ({})", f.why),
+            });
         }
     };
-    // The outputs are a line or a short traceback, well within a pipe's buffer, so the child
-    // never blocked on writing them.
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    if !status.success() {
-        let last = err.lines().rev().map(str::trim).find(|l| !l.is_empty());
-        return Err(match last {
-            Some(l) => format!("no onnxruntime package ({l})"),
-            None => format!("no onnxruntime package ({status})"),
-        });
-    }
     let dir = out.trim();
     if dir.is_empty() {
         return Err("printed no folder for onnxruntime".into());
@@ -495,7 +485,23 @@ impl Session {
     /// Opens `model` with the CPU execution provider, all graph optimizations
     /// (`ORT_ENABLE_ALL`), `settings.intra_threads` intra-op threads, one inter-op thread,
     /// sequential execution and the spinning policy of `settings`.
+    ///
+    /// The model goes through collage's own importer first ([`crate::onnx::load_file`]) and is
+    /// refused with its first error when the importer refuses it: ONNX Runtime opening a model
+    /// by path reads external data at any location (an absolute path, outside the model's
+    /// folder, through a symbolic link out), which collage's importer refuses (E3013).
     pub fn open(rt: &OnnxRuntime, model: &Path, settings: Settings) -> Result<Session, Diagnostic> {
+        if let Err(ds) = crate::onnx::load_file(model) {
+            let first = ds
+                .iter()
+                .position(|d| d.severity == crate::diag::Severity::Error)
+                .unwrap_or(0);
+            if let Some(d) = ds.into_iter().nth(first) {
+                return Err(d.with_note(
+                    "ONNX Runtime is given only models collage's ONNX importer accepts",
+                ));
+            }
+        }
         let fail = |e: String| {
             Diagnostic::error(
                 codes::E2441,
@@ -856,7 +862,7 @@ mod tests {
         script(dir.path(), "python3", "exec sleep 30");
         let mut s = search(dir.path());
         s.timeout = Duration::from_millis(200);
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         let why = locate(&s).unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(10));
         assert!(why.contains("within 0.2 s"), "{why}");

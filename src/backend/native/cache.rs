@@ -317,7 +317,7 @@ pub fn judge_leftover(name: &str, age: Option<Duration>) -> Leftover {
                     Leftover::Live
                 };
             }
-            if prefix == "build-" && !rest.contains('-') {
+            if prefix == "build-" && old_random(rest) {
                 return if old(OLD_STALE_AFTER) {
                     Leftover::Stale
                 } else {
@@ -326,7 +326,7 @@ pub fn judge_leftover(name: &str, age: Option<Duration>) -> Leftover {
             }
         }
     }
-    if name.starts_with(".tmp") && !name.contains('/') {
+    if name.strip_prefix(".tmp").is_some_and(old_random) {
         return if old(OLD_STALE_AFTER) {
             Leftover::Stale
         } else {
@@ -334,6 +334,39 @@ pub fn judge_leftover(name: &str, age: Option<Duration>) -> Leftover {
         };
     }
     Leftover::Foreign
+}
+
+/// The random part of the names older collages gave in `tmp/` (`build-XXXXXX`,
+/// `.tmpXXXXXX`): tempfile's six alphanumerics.
+fn old_random(rest: &str) -> bool {
+    rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Whether a leftover with an old name (without its writer's tag) holds only what collage
+/// wrote there: `.tmpXXXXXX` a regular file (an atomic write), `build-XXXXXX` a folder of
+/// regular files named as a build names them (`kernels.c`, `kernels.so`). Anything else is
+/// somebody else's and is kept.
+fn old_leftover_is_ours(path: &Path, name: &str) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if name.starts_with(".tmp") {
+        return meta.is_file();
+    }
+    if !meta.is_dir() {
+        return false;
+    }
+    let Ok(rd) = std::fs::read_dir(path) else {
+        return false;
+    };
+    rd.take(16).all(|e| {
+        e.is_ok_and(|e| {
+            matches!(e.file_name().to_str(), Some("kernels.c" | "kernels.so"))
+                && e.file_type().is_ok_and(|t| t.is_file())
+        })
+    }) && std::fs::read_dir(path)
+        .map(|rd| rd.count() <= 2)
+        .unwrap_or(false)
 }
 
 /// Removes a file or folder of `tmp/` (no link is followed).
@@ -361,7 +394,14 @@ fn sweep(tmp: &Path) -> (u64, Vec<(PathBuf, Leftover)>) {
             .ok()
             .and_then(|m| m.modified().ok())
             .and_then(|t| t.elapsed().ok());
-        let verdict = judge_leftover(&name, age);
+        let mut verdict = judge_leftover(&name, age);
+        let old_name = name
+            .strip_prefix("build-")
+            .or_else(|| name.strip_prefix(".tmp"))
+            .is_some_and(old_random);
+        if verdict == Leftover::Stale && old_name && !old_leftover_is_ours(&e.path(), &name) {
+            verdict = Leftover::Foreign;
+        }
         if verdict == Leftover::Stale {
             let bytes = tree_bytes(&e.path());
             if remove_leftover(&e.path()).is_ok() {
@@ -533,8 +573,24 @@ impl Cache {
         Ok(Verified { bytes, sha256 })
     }
 
+    /// Creates again, with the checks of [`check_root`] (mode 0700, owned by this user, no
+    /// link), the cache's folders when one is missing: `collage cache clear` removes them once
+    /// empty, also while another process has the cache open.
+    fn folders(&self) -> std::io::Result<()> {
+        let missing = ["entries", "lib", "tmp"].iter().any(|sub| {
+            std::fs::symlink_metadata(self.dir.join(sub))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        });
+        if !missing {
+            return Ok(());
+        }
+        let root = self.dir.parent().unwrap_or(Path::new("."));
+        check_root(root).map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
     /// A private directory for one compilation (mode 0700, named after this process).
     pub fn scratch(&self) -> std::io::Result<tempfile::TempDir> {
+        self.folders()?;
         tempfile::Builder::new()
             .prefix(&format!("build-{}-", owner_tag()))
             .tempdir_in(self.dir.join("tmp"))
@@ -562,6 +618,7 @@ impl Cache {
     /// removed when dropped. Its name holds the bytes' hash, so that a name the dynamic
     /// loader has seen (it does not open a name twice) always means the same bytes.
     pub fn private_copy(&self, v: &Verified) -> std::io::Result<tempfile::NamedTempFile> {
+        self.folders()?;
         let mut f = tempfile::Builder::new()
             .prefix(&format!("load-{}-{}-", owner_tag(), v.sha256))
             .suffix(".so")
@@ -593,6 +650,7 @@ impl Cache {
     }
 
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.folders()?;
         let mut f = tempfile::Builder::new()
             .prefix(&format!("write-{}-", owner_tag()))
             .tempfile_in(self.dir.join("tmp"))?;
@@ -921,6 +979,11 @@ mod tests {
         assert_eq!(judge_leftover("build-Xy12ab", hour), Leftover::Stale);
         assert_eq!(judge_leftover(".tmpQ1w2e3", hour), Leftover::Stale);
         assert_eq!(judge_leftover("notes", day), Leftover::Foreign);
+        // Old names have tempfile's exact shape: six alphanumerics.
+        assert_eq!(judge_leftover("build-notes", day), Leftover::Foreign);
+        assert_eq!(judge_leftover("build-Xy12a", day), Leftover::Foreign);
+        assert_eq!(judge_leftover(".tmp", day), Leftover::Foreign);
+        assert_eq!(judge_leftover(".tmpfolders", day), Leftover::Foreign);
         assert_eq!(
             judge_leftover("build-notes-of-mine", day),
             Leftover::Foreign
@@ -938,6 +1001,70 @@ mod tests {
         assert!(!tmp.join(&dead).exists());
         assert!(tmp.join("mine").exists());
         drop(c);
+    }
+
+    /// An old-style name (no writer's tag) is removed only when old and holding only what
+    /// collage's build or write left: `mkdir tmp/build-notes` and the like stay.
+    #[test]
+    fn old_style_leftovers_go_only_when_they_hold_what_collage_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Cache::open(dir.path()).unwrap();
+        let tmp = c.dir().join("tmp");
+        let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+        let age = |p: &Path| {
+            std::fs::File::open(p)
+                .unwrap()
+                .set_modified(two_hours_ago)
+                .unwrap();
+        };
+        for (name, files) in [
+            ("build-abc123", &["kernels.c", "kernels.so"][..]),
+            ("build-def456", &["notes.txt"][..]),
+            ("build-notes", &["kernels.c"][..]),
+            (".tmpQ1w2e3", &["kernels.c"][..]),
+        ] {
+            let d = tmp.join(name);
+            std::fs::create_dir(&d).unwrap();
+            for f in files {
+                std::fs::write(d.join(f), b"x").unwrap();
+            }
+            age(&d);
+        }
+        std::fs::write(tmp.join(".tmpA1b2c3"), b"x").unwrap();
+        age(&tmp.join(".tmpA1b2c3"));
+        let (_, left) = sweep(&tmp);
+        assert!(!tmp.join("build-abc123").exists());
+        assert!(!tmp.join(".tmpA1b2c3").exists());
+        for kept in ["build-def456", "build-notes", ".tmpQ1w2e3"] {
+            assert!(tmp.join(kept).is_dir(), "{kept}");
+            assert!(
+                left.contains(&(tmp.join(kept), Leftover::Foreign)),
+                "{kept}: {left:?}"
+            );
+        }
+    }
+
+    /// A cache cleared while it is open makes its folders again when it next writes.
+    #[test]
+    fn a_cache_cleared_under_an_open_one_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Cache::open(dir.path()).unwrap();
+        clear(c.dir()).unwrap();
+        assert!(!c.dir().exists());
+        let build = c.scratch().unwrap();
+        let so = build.path().join("kernels.so");
+        std::fs::write(&so, b"0123456789").unwrap();
+        let (lib, v) = c.install(BATCH, &so, "int x;").unwrap();
+        c.record(KEY, &lib, "ck_k", &v.sha256).unwrap();
+        assert!(matches!(c.entry(KEY), Lookup::Found(_)));
+        use std::os::unix::fs::PermissionsExt;
+        for sub in ["entries", "lib", "tmp"] {
+            let mode = std::fs::metadata(c.dir().join(sub))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{sub}");
+        }
     }
 
     #[test]

@@ -204,17 +204,19 @@ impl Compiler {
 }
 
 /// What a finished compiler printed (the first [`CAPTURE`] bytes of each stream).
-struct Captured {
-    stdout: String,
+pub(crate) struct Captured {
+    pub(crate) stdout: String,
     #[allow(dead_code)] // read by the tests
-    stderr: String,
+    pub(crate) stderr: String,
 }
 
 /// Why a compiler run failed, and what it printed on its standard error.
-struct Failed {
-    /// Completes "the C compiler `cc` ...".
-    why: String,
-    stderr: String,
+pub(crate) struct Failed {
+    /// Completes "the C compiler `cc` ..." (or "`python` ...").
+    pub(crate) why: String,
+    pub(crate) stderr: String,
+    /// The time was up.
+    pub(crate) timed_out: bool,
 }
 
 impl std::fmt::Display for Failed {
@@ -283,11 +285,12 @@ fn drain(mut r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receive
 /// started the child; this function waits for the child on that thread. Processes the child
 /// started itself, such as gcc's `cc1`, are not covered by it when collage is killed with
 /// SIGKILL; they end when their step ends.)
-fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
+pub(crate) fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
     use std::os::unix::process::CommandExt;
     let fail = |why: String| Failed {
         why,
         stderr: String::new(),
+        timed_out: false,
     };
     let parent = std::process::id() as libc::pid_t;
     cmd.stdin(Stdio::null())
@@ -326,6 +329,7 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
     let err = group.child.stderr.take().map(drain);
     let start = Instant::now();
     let mut pause = Duration::from_millis(1);
+    let mut timed_out = false;
     let status = loop {
         match group.child.try_wait() {
             Ok(Some(status)) => break Ok(status),
@@ -333,6 +337,7 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
             Err(e) => break Err(format!("cannot be waited for: {e}")),
         }
         if start.elapsed() >= timeout {
+            timed_out = true;
             break Err(format!("timed out after {:.0} s", timeout.as_secs_f64()));
         }
         std::thread::sleep(pause);
@@ -355,6 +360,7 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
     let status = status.map_err(|why| Failed {
         why,
         stderr: stderr.clone(),
+        timed_out,
     })?;
     if status.success() {
         Ok(Captured { stdout, stderr })
@@ -365,6 +371,7 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<Captured, Failed> {
                 None => "was killed by a signal".to_string(),
             },
             stderr,
+            timed_out: false,
         })
     }
 }

@@ -160,6 +160,12 @@ fn libraries() -> &'static Mutex<BTreeMap<String, Arc<Library>>> {
 
 /// Loads a library whose bytes were verified, from a private copy of those very bytes
 /// ([`Cache::private_copy`]): what runs is what was hashed.
+/// The library loaded in this process whose bytes hash to `sha256`, if any.
+fn loaded_library(sha256: &str) -> Option<Arc<Library>> {
+    let libs = libraries().lock().unwrap_or_else(|p| p.into_inner());
+    libs.get(sha256).cloned()
+}
+
 fn load_verified(cache: &Cache, v: &cache::Verified) -> Result<Arc<Library>, String> {
     let mut libs = libraries().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(l) = libs.get(&v.sha256) {
@@ -341,10 +347,16 @@ impl Native {
             // Only an entry with a recorded hash whose library's bytes hash to it is loaded;
             // anything else (unverified, damaged, not loading) is compiled again.
             let hit = match cache.entry(&k) {
-                cache::Lookup::Found(e) => cache.verify(&e).ok().and_then(|v| {
-                    let lib = load_verified(cache, &v).ok()?;
-                    symbols(&lib, &e.symbol, p.n_packs).ok()
-                }),
+                // A library with the recorded hash already loaded holds bytes that were
+                // verified when it was loaded: no need to read and hash the file again (a
+                // batch's kernels share one library).
+                cache::Lookup::Found(e) => match loaded_library(&e.sha256) {
+                    Some(lib) => symbols(&lib, &e.symbol, p.n_packs).ok(),
+                    None => cache.verify(&e).ok().and_then(|v| {
+                        let lib = load_verified(cache, &v).ok()?;
+                        symbols(&lib, &e.symbol, p.n_packs).ok()
+                    }),
+                },
                 cache::Lookup::Missing | cache::Lookup::Unverified => None,
             };
             match hit {

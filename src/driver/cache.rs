@@ -78,7 +78,7 @@ pub fn stats_command(req: &Request) -> Outcome {
 fn stats_inner(req: &Request) -> Result<Outcome, Outcome> {
     let root = dir::resolve(req.cache_dir.as_deref());
     let database = dir::database(root.as_deref(), req.cache.as_deref()).map_err(|e| {
-        diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
+        diag::emit_alone(Diagnostic::error(diag::E2401, e.to_string()));
         Outcome::Usage
     })?;
     let stats = match open_existing(&database)? {
@@ -184,7 +184,7 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
     let mut lines = Vec::new();
     if !req.kernels_only {
         let database = dir::database(root.as_deref(), req.cache.as_deref()).map_err(|e| {
-            diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
+            diag::emit_alone(Diagnostic::error(diag::E2401, e.to_string()));
             Outcome::Usage
         })?;
         let cleared = if std::fs::symlink_metadata(&database).is_err() {

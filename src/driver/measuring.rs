@@ -105,7 +105,7 @@ pub fn open(
     let place = cache_place(args.cache_dir.as_deref())?;
     let cache_dir = place.dir().map(Path::to_path_buf);
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
-        diag::emit_alone(Diagnostic::error(diag::E2401, format!("{e}")));
+        diag::emit_alone(Diagnostic::error(diag::E2401, e.to_string()));
         Outcome::Usage
     })?;
     if args.cold && !measure::flush::EVICTS {
@@ -185,7 +185,7 @@ pub fn raise_priority(args: &MeasureArgs) -> Option<measure::priority::Raised> {
 /// Prints the problems met while measuring (W2403).
 pub fn report_notes(m: &Measure) {
     for n in m.take_notes() {
-        diag::emit_alone(Diagnostic::warning(diag::W2403, format!("{n}")));
+        diag::emit_alone(Diagnostic::warning(diag::W2403, n.to_string()));
     }
 }
 

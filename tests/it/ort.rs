@@ -182,7 +182,10 @@ fn ort_refuses_bad_external_data_with_a_diagnostic() {
     // the fixtures).
     let dir = tempfile::tempdir().unwrap();
     let src = root().join("tests/fixtures/onnx/external/bad_symlink");
-    std::fs::copy(src.join("model.onnx"), dir.path().join("model.onnx")).unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    for f in ["model.onnx", "weights.bin", "data/more.bin"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
     std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.bin")).unwrap();
     let err = Session::open(rt, &dir.path().join("model.onnx"), Settings::threads(1))
         .err()

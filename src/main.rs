@@ -549,33 +549,11 @@ fn usage_diagnostic(rendered: &str) -> collage::diag::Diagnostic {
     )
 }
 
+/// `--max-input-size`: a size as `--max-memory` takes it (`collage::exec::memory::parse_size`),
+/// within the 32-bit span limit.
 fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, shift) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (t, 0),
-        Some((i, _)) => {
-            let shift = match t[i..].to_ascii_uppercase().as_str() {
-                "" | "B" => 0,
-                "K" | "KB" | "KIB" => 10,
-                "M" | "MB" | "MIB" => 20,
-                "G" | "GB" | "GIB" => 30,
-                _ => {
-                    return Err(format!(
-                        "`{text}` is not a size (e.g. `4096`, `512M`, `1G`)"
-                    ))
-                }
-            };
-            (&t[..i], shift)
-        }
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. `4096`, `512M`, `1G`)"))?;
-    let bytes = n
-        .checked_shl(shift)
-        .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("`{text}` is too large"))?;
-    if bytes == 0 || bytes > collage::source::MAX_INPUT_BYTES_CEILING {
+    let bytes = collage::exec::memory::parse_size(text)?;
+    if bytes > collage::source::MAX_INPUT_BYTES_CEILING {
         return Err(format!(
             "`{text}` is out of range: the limit must be between 1 byte and 4G less one byte"
         ));

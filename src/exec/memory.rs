@@ -259,7 +259,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .filter(|b| b >> shift == n)
         .ok_or_else(|| format!("`{text}` is too large"))?;
     if bytes == 0 {
-        return Err("the memory limit must be at least one byte".into());
+        return Err(format!("`{text}` is not a size of at least one byte"));
     }
     Ok(bytes)
 }

@@ -639,7 +639,8 @@ fn speedup(baseline: f64, total: f64) -> String {
     }
 }
 
-/// The JSON report (BRIEF's schema, plus `lines`, `targets` and explanations).
+/// The JSON report (the schema in the README's command table and docs/partition.md, "Report",
+/// with `lines`, `targets` and explanations).
 pub fn report_json(
     m: &Module,
     g: &DataflowGraph<'_>,

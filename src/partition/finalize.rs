@@ -1,4 +1,4 @@
-//! Finalize (collage-semantics §15–§16, with BRIEF's corrections): coalesce the chosen
+//! Finalize (docs/partition.md, "Finalize"): coalesce the chosen
 //! partitions, name them, and rewrite the function in TVM's encoding.
 //!
 //! * Touching partitions of the same BYOC target are coalesced while their union stays within
@@ -6,13 +6,15 @@
 //!   taps of its `only_valid`: [`crate::enumerate::target_limits`]), so no partition is one its
 //!   target's rules could not produce, and the partitions can still run one after the other (a
 //!   union with several exits could otherwise both feed and need another partition with
-//!   several exits). Q8: TVM ignores validity and can produce overlapping partitions.
+//!   several exits). TVM's prototype coalesced without checking validity and could produce
+//!   overlapping partitions.
 //!   Native partitions stay separate: each is one fused kernel. Host nodes form one report
 //!   partition named `host`.
 //! * A BYOC partition becomes a global function with `Primitive=1`, `Compiler="<compiler>"`
 //!   and `global_symbol="<name>"`, containing its `Composite` functions, called from `@main`.
 //!   Names are `collage_<compiler>_<first composite or operator>` with `_1`, `_2`, ... for
-//!   further distinct structures; structurally equal partitions share one global (Q11, Q13).
+//!   further distinct structures; structurally equal partitions share one global (TVM's prototype
+//!   named them by counters that depended on visiting order).
 //! * The rewritten module is type-checked, printed, parsed back and compared with the input
 //!   after inlining every partition function ([`crate::ir::inline`]).
 

@@ -1,9 +1,9 @@
-//! Optional pruning (`--prune`, collage-semantics §11): keep each target's maximal candidates
-//! plus just enough smaller ones to bridge the gaps between them. It is a heuristic: the search
-//! over the pruned set can be worse than the exact one, or find no cover at all, so it is off by
-//! default. Differences from TVM: candidates of different targets are never merged (Q6), and of
-//! two candidates of one target with the same nodes the first is kept instead of both being
-//! dropped (Q18).
+//! Optional pruning (`--prune`, docs/partition.md, "The search"): keep each target's maximal
+//! candidates plus just enough smaller ones to bridge the gaps between them. It is a heuristic:
+//! the search over the pruned set can be worse than the exact one, or find no cover at all, so it
+//! is off by default. Differences from TVM's prototype: candidates of different targets are never
+//! merged (it compared candidates without their target), and of two candidates of one target
+//! with the same nodes the first is kept (it dropped both).
 
 use crate::enumerate::Candidate;
 

@@ -1,4 +1,5 @@
-//! The search for the cheapest partitioning (collage-semantics §14, with BRIEF's corrections).
+//! The search for the cheapest partitioning (docs/partition.md, "The search"): exact by default,
+//! where TVM's prototype could take invalid candidates.
 //!
 //! States are sets of covered nodes; an edge adds one candidate that is disjoint from the
 //! state and contains its lowest uncovered node. Every exact cover of the nodes by disjoint
@@ -14,8 +15,9 @@
 //! * costs are added exactly, as integers ([`units`]), so the total of a cover does not depend
 //!   on the order of its candidates, and a search among fewer candidates (a baseline) can never
 //!   come out below the full search by a rounding;
-//! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's Q9), nor candidates
-//!   dearer than [`crate::cost::MAX_SECONDS`], which the estimators never give;
+//! * candidates with an `INVALID` or `UNKNOWN` cost are never taken (TVM's prototype could pick
+//!   one whose cost was infinite), nor candidates dearer than [`crate::cost::MAX_SECONDS`], which
+//!   the estimators never give;
 //! * costs are rounded up to the search's unit, so a total is never below any of its parts and
 //!   exceeds their exact sum by less than one unit per candidate ([`units`]);
 //! * ties are broken deterministically: by cost, then by the order in which states were first

@@ -6,7 +6,7 @@
 //! either operand gives NaN, as the interpreter's) and conversions give the interpreter's bits;
 //! vectorised loops call glibc's vector math for `expf`, `tanhf`, `erff`, `logf`, `powf` (within
 //! 4 ulps, [`super::prelude`]); `power` by a constant small integer or one half becomes
-//! multiplies or a square root (reference note, P4). Integer
+//! multiplies or a square root (docs/native.md: exponents 2, 3, 4 and one half). Integer
 //! operators compute in `int64_t` and wrap to the result's width after every operator, as the
 //! reference interpreter does; integer division by zero sets the kernel's error code.
 

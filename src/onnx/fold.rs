@@ -651,29 +651,18 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                     }
                 })
                 .collect();
-            let data = match (&x.data, &y.data) {
-                (Data::I64(a), Data::I64(b)) => Data::I64(
-                    pick.iter()
-                        .map(|&(t, i)| if t { a[i] } else { b[i] })
-                        .collect(),
-                ),
-                (Data::I32(a), Data::I32(b)) => Data::I32(
-                    pick.iter()
-                        .map(|&(t, i)| if t { a[i] } else { b[i] })
-                        .collect(),
-                ),
-                (Data::F32(a), Data::F32(b)) => Data::F32(
-                    pick.iter()
-                        .map(|&(t, i)| if t { a[i] } else { b[i] })
-                        .collect(),
-                ),
-                (Data::Bool(a), Data::Bool(b)) => Data::Bool(
-                    pick.iter()
-                        .map(|&(t, i)| if t { a[i] } else { b[i] })
-                        .collect(),
-                ),
-                _ => unreachable!("types compared above"),
-            };
+            // One selection for every dtype the folder holds.
+            macro_rules! select {
+                ($($v:ident),*) => {
+                    match (&x.data, &y.data) {
+                        $((Data::$v(a), Data::$v(b)) => Data::$v(
+                            pick.iter().map(|&(t, i)| if t { a[i] } else { b[i] }).collect(),
+                        ),)*
+                        _ => unreachable!("types compared above"),
+                    }
+                };
+            }
+            let data = select!(I64, I32, F32, Bool);
             Ok(Value { shape, data })
         }
         "Cast" => {

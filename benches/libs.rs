@@ -19,9 +19,9 @@
 use collage::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
 use collage::backend::native::{Config as NativeConfig, Native};
 use collage::backend::openblas::OpenBlasBackend;
-use collage::backend::{Backend, Prepared, RunCx, Unit};
 use collage::exec::data::Weights;
-use collage::exec::program::MemCounter;
+use collage::exec::kernel::MemCounter;
+use collage::exec::kernel::{Backend, Prepared, RunCx, Unit};
 use collage::exec::tensor::{Shape, Tensor};
 use collage::ir::{DType, Module};
 use collage::source::SourceMap;

@@ -20,10 +20,11 @@
 
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config, Native};
-use collage::backend::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
 use collage::exec::data::Weights;
 use collage::exec::executor::{self, Executable, Grouping, Options};
-use collage::exec::program::{group_units, MemCounter, Region};
+use collage::exec::kernel::MemCounter;
+use collage::exec::kernel::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
+use collage::exec::program::{group_units, Region};
 use collage::exec::tensor::Tensor;
 use collage::exec::value::flat_shapes;
 use collage::ir::Expr;

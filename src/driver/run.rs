@@ -5,11 +5,11 @@
 use super::{load_model, main_of, out, report, Outcome};
 use crate::backend::native::grouping::FuseGrouping;
 use crate::backend::native::{compile, Config, Native, Stats};
-use crate::backend::{Backend, Backends};
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::exec::compare::{self, Diff, Summary};
 use crate::exec::data::Weights;
 use crate::exec::executor::{self, Executable, Options};
+use crate::exec::kernel::{Backend, Backends};
 use crate::exec::tensor::Tensor;
 use crate::exec::value::Value;
 use crate::ir::Module;

@@ -21,7 +21,7 @@
 
 use super::composite::{self, Anchor, Composite, Conv, Operand, Post};
 use crate::backend::byoc::{Graph, Node};
-use crate::backend::ConstantSource;
+use crate::exec::kernel::ConstantSource;
 use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::sys::MemoryDesc;
 use crate::ffi::dnnl::{

@@ -11,7 +11,9 @@
 //! * [`dnnl`] and [`openblas`]: `Compiler="dnnl"` and `Compiler="openblas"` partitions, read as
 //!   graphs of composites ([`byoc`]) and run as oneDNN primitives and `cblas_sgemm` calls;
 //! * [`cpu`]: the CPU library backends `collage run` uses, and the check that a plan's library
-//!   partitions can run on this machine.
+//!   partitions can run on this machine;
+//! * [`ort`]: ONNX Runtime sessions running whole ONNX models on collage's tensors, the
+//!   yardstick `collage bench` compares with.
 //!
 //! This layer sits above [`crate::exec`], which never refers to it: the executor is handed the
 //! backends to use as [`Backends`](crate::exec::kernel::Backends).
@@ -21,3 +23,4 @@ pub mod cpu;
 pub mod dnnl;
 pub mod native;
 pub mod openblas;
+pub mod ort;

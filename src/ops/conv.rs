@@ -6,18 +6,16 @@
 //! result to `out_layout` (default: the data layout). Any permutation of the canonical axes works,
 //! as do blocked layouts such as `NCHW16c` or `OIHW16i16o`.
 
+use super::geom::{DATA_CANON, KERNEL_CANON};
 use super::layout::Layout;
 use super::rel::{self, def, dims_agree, tensor, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, DType, Dim, TensorType, Type};
 
 use OpPattern::OutEWiseFusable;
 
 pub(super) const ARGS: &[&str] = &["data", "weight"];
-
-pub(super) const DATA_CANON: [&str; 3] = ["NCW", "NCHW", "NCDHW"];
-const KERNEL_CANON: [&str; 3] = ["OIW", "OIHW", "OIDHW"];
 
 const CONV1D_ATTRS: &[AttrField] = &[
     field("strides", T::Ints, D::Ints(&[1])),
@@ -76,9 +74,9 @@ pub(super) const QNN_CONV2D_ATTRS: &[AttrField] = &[
 ];
 
 pub(super) const OPS: &[OpDef] = &[
-    def("nn.conv1d", ARGS, CONV1D_ATTRS, OutEWiseFusable, conv1d),
-    def("nn.conv2d", ARGS, CONV2D_ATTRS, OutEWiseFusable, conv2d),
-    def("nn.conv3d", ARGS, CONV3D_ATTRS, OutEWiseFusable, conv3d),
+    def(Op::Conv1d, ARGS, CONV1D_ATTRS, OutEWiseFusable, conv1d),
+    def(Op::Conv2d, ARGS, CONV2D_ATTRS, OutEWiseFusable, conv2d),
+    def(Op::Conv3d, ARGS, CONV3D_ATTRS, OutEWiseFusable, conv3d),
 ];
 
 fn conv1d(c: &RelCall<'_>) -> Result<Type, RelError> {

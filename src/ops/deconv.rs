@@ -3,16 +3,15 @@
 
 use super::conv::{
     canon_layout, check_channels, check_kernel_size, from_canon, groups, out_layout, to_canon,
-    ARGS, CONV2D_ATTRS, DATA_CANON,
+    ARGS, CONV2D_ATTRS,
 };
+use super::geom::{self, DATA_CANON, KERNEL_T_CANON};
 use super::rel::{self, def, dims_agree, tensor, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, Dim, Type};
 
 use OpPattern::OutEWiseFusable;
-
-const KERNEL_T_CANON: [&str; 3] = ["IOW", "IOHW", "IODHW"];
 
 const CONV2D_T_ATTRS: &[AttrField] = &[
     field("channels", T::OptInt, D::None),
@@ -44,21 +43,21 @@ const CONV3D_T_ATTRS: &[AttrField] = &[
 
 pub(super) const OPS: &[OpDef] = &[
     def(
-        "nn.conv2d_transpose",
+        Op::Conv2dTranspose,
         ARGS,
         CONV2D_T_ATTRS,
         OutEWiseFusable,
         conv2d_transpose,
     ),
     def(
-        "nn.conv3d_transpose",
+        Op::Conv3dTranspose,
         ARGS,
         CONV3D_T_ATTRS,
         OutEWiseFusable,
         conv3d_transpose,
     ),
     def(
-        "nn.conv2d_backward_weight",
+        Op::Conv2dBackwardWeight,
         &["grad", "data"],
         CONV2D_ATTRS,
         OutEWiseFusable,
@@ -128,15 +127,7 @@ fn conv_transpose_nd(c: &RelCall<'_>, nd: usize) -> Result<Type, RelError> {
     for k in 0..nd {
         let extent = match (d[2 + k].fixed(), window[k].fixed()) {
             (Some(n), Some(kw)) if n >= 1 && kw >= 1 => {
-                let dilated = (kw - 1)
-                    .checked_mul(dilation[k])
-                    .and_then(|x| x.checked_add(1));
-                let e = (n - 1)
-                    .checked_mul(strides[k])
-                    .zip(dilated)
-                    .and_then(|(a, b)| a.checked_add(b))
-                    .and_then(|x| x.checked_sub(pads[k]))
-                    .and_then(|x| x.checked_add(out_pads[k]))
+                let e = geom::transposed_out(n, kw, pads[k], strides[k], dilation[k], out_pads[k])
                     .ok_or_else(|| rel::overflow(c))?;
                 if e < 1 {
                     return Err(RelError::new(format!(

@@ -4,7 +4,7 @@
 //! TVM registers no `TOpPattern` for the QNN operators, so they are opaque.
 
 use super::rel::{self, def, tensor, tensor_type};
-use super::{conv, nn, OpDef, OpPattern, RelCall, RelError};
+use super::{conv, nn, Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, DType, Type};
 
@@ -44,35 +44,35 @@ const QNN_MATMUL_ARGS: &[&str] = &[
 
 pub(super) const OPS: &[OpDef] = &[
     def(
-        "on_device",
+        Op::OnDevice,
         &["data"],
         ON_DEVICE_ATTRS,
         Opaque,
         pass_through,
     ),
     def(
-        "device_copy",
+        Op::DeviceCopy,
         &["data"],
         DEVICE_COPY_ATTRS,
         Opaque,
         pass_through,
     ),
     def(
-        "qnn.conv2d",
+        Op::QnnConv2d,
         QNN_MATMUL_ARGS,
         conv::QNN_CONV2D_ATTRS,
         Opaque,
         qnn_conv2d,
     ),
     def(
-        "qnn.dense",
+        Op::QnnDense,
         QNN_MATMUL_ARGS,
         nn::QNN_DENSE_ATTRS,
         Opaque,
         qnn_dense,
     ),
     def(
-        "qnn.requantize",
+        Op::QnnRequantize,
         &[
             "data",
             "input_scale",
@@ -85,7 +85,7 @@ pub(super) const OPS: &[OpDef] = &[
         qnn_requantize,
     ),
     def(
-        "qnn.add",
+        Op::QnnAdd,
         &[
             "lhs",
             "rhs",

@@ -1,17 +1,21 @@
 //! The operator registry: every Relay operator the tool knows, with its arity, attribute schema
 //! (names, types, defaults), pattern kind (TVM's `TOpPattern`) and type relation.
 //!
-//! Adding an operator is one entry in one of the per-family tables (`tensor`, `nn`, `transform`,
-//! `reduce`, `misc`): name, argument names, attribute schema, kind and relation. Relations are plain
+//! Each operator is an [`Op`] (its identity, which consumers match on) and one entry in one of
+//! the per-family tables (`tensor`, `nn`, `norm`, `conv`, `deconv`, `pool`, `transform`, `slice`,
+//! `reduce`, `misc`): argument names, attribute schema, kind and relation. Relations are plain
 //! functions from argument types and attributes to the result type; the shared ones live in
-//! [`rel`].
+//! [`rel`], the window arithmetic of convolution and pooling in [`geom`].
+//! `docs/overview.md` lists the steps of adding an operator.
 
 mod conv;
 mod deconv;
+pub mod geom;
 pub mod layout;
 mod misc;
 mod nn;
 mod norm;
+mod op;
 mod pool;
 mod reduce;
 pub mod rel;
@@ -20,6 +24,7 @@ mod tensor;
 mod transform;
 
 use crate::ir::{AttrField, AttrValue, Attrs, DType, OpId, TensorType, Type};
+pub use op::Op;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;
@@ -125,6 +130,8 @@ pub type TypeRel = fn(&RelCall<'_>) -> Result<Type, RelError>;
 /// One registered operator.
 #[derive(Clone, Copy, Debug)]
 pub struct OpDef {
+    /// The operator's identity, which consumers match on.
+    pub op: Op,
     /// Registry name, e.g. `nn.conv2d`.
     pub name: &'static str,
     /// Names of the positional arguments; their number is the operator's arity.
@@ -304,8 +311,12 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Gathers the per-family tables and puts every definition at the index of its [`Op`].
+    ///
+    /// Panics when a built-in operator has no definition or more than one: the tables and the
+    /// [`Op`] enum disagree, which every test then reports.
     fn build() -> Registry {
-        let mut ops = Vec::new();
+        let mut slots: Vec<Option<OpDef>> = vec![None; Op::BUILTIN.len()];
         for table in [
             tensor::OPS,
             nn::OPS,
@@ -318,8 +329,19 @@ impl Registry {
             reduce::OPS,
             misc::OPS,
         ] {
-            ops.extend_from_slice(table);
+            for d in table {
+                let slot = slots
+                    .get_mut(d.op as usize)
+                    .unwrap_or_else(|| panic!("`{}` is defined as a custom operator", d.name));
+                assert!(slot.is_none(), "`{}` is defined twice", d.name);
+                *slot = Some(*d);
+            }
         }
+        let ops: Vec<OpDef> = slots
+            .into_iter()
+            .zip(Op::BUILTIN)
+            .map(|(d, op)| d.unwrap_or_else(|| panic!("`{op}` has no definition")))
+            .collect();
         let by_name = ops
             .iter()
             .enumerate()
@@ -405,6 +427,7 @@ pub fn register_custom(name: &str, args: &[String], kind: OpPattern) -> Result<O
         .map(|a| &*Box::leak(a.clone().into_boxed_str()))
         .collect();
     let def: &'static OpDef = Box::leak(Box::new(OpDef {
+        op: Op::Custom,
         name: Box::leak(name.to_string().into_boxed_str()),
         args: Box::leak(leaked_args.into_boxed_slice()),
         attrs: &[],
@@ -433,6 +456,11 @@ pub fn op(id: OpId) -> &'static OpDef {
     registry().get(id)
 }
 
+/// The definition of a built-in operator (`None` for [`Op::Custom`]).
+pub fn def_of(op: Op) -> Option<&'static OpDef> {
+    op.id().map(|id| registry().get(id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,6 +476,18 @@ mod tests {
         for (id, d) in reg.iter() {
             assert_eq!(reg.lookup(d.name), Some(id));
         }
+    }
+
+    #[test]
+    fn every_op_is_defined_once_at_its_own_id() {
+        let reg = registry();
+        assert_eq!(reg.iter().count(), Op::BUILTIN.len());
+        for (id, d) in reg.iter() {
+            assert_eq!(d.op.id(), Some(id), "`{}`", d.name);
+            assert_eq!(d.op.name(), d.name);
+            assert_eq!(def_of(d.op).map(|x| x.name), Some(d.name));
+        }
+        assert_eq!(def_of(Op::Custom).map(|d| d.name), None);
     }
 
     #[test]

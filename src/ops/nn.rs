@@ -2,7 +2,7 @@
 //! softmax family, `nn.bias_add`, `nn.pad`, `nn.batch_flatten` and upsampling.
 
 use super::rel::{self, def, dims_agree, norm_axis, tensor, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, AttrValue, DType, Dim, Type};
 
@@ -71,74 +71,74 @@ const UPSAMPLING3D_ATTRS: &[AttrField] = &[
 
 pub(super) const OPS: &[OpDef] = &[
     def(
-        "nn.dense",
+        Op::Dense,
         &["data", "weight"],
         DENSE_ATTRS,
         OutEWiseFusable,
         dense,
     ),
     def(
-        "nn.matmul",
+        Op::Matmul,
         &["tensor_a", "tensor_b"],
         MATMUL_ATTRS,
         OutEWiseFusable,
         matmul,
     ),
     def(
-        "nn.batch_matmul",
+        Op::BatchMatmul,
         &["x", "y"],
         BATCH_MATMUL_ATTRS,
         OutEWiseFusable,
         batch_matmul,
     ),
-    def("nn.relu", DATA, &[], ElemWise, rel::identity),
+    def(Op::Relu, DATA, &[], ElemWise, rel::identity),
     def(
-        "nn.leaky_relu",
+        Op::LeakyRelu,
         DATA,
         LEAKY_RELU_ATTRS,
         ElemWise,
         rel::identity,
     ),
     def(
-        "nn.prelu",
+        Op::Prelu,
         &["data", "alpha"],
         AXIS_1,
         Broadcast,
         per_channel,
     ),
     def(
-        "nn.bias_add",
+        Op::BiasAdd,
         &["data", "bias"],
         AXIS_1,
         Broadcast,
         per_channel,
     ),
-    def("nn.softmax", DATA, SOFTMAX_ATTRS, OutEWiseFusable, softmax),
+    def(Op::Softmax, DATA, SOFTMAX_ATTRS, OutEWiseFusable, softmax),
     def(
-        "nn.log_softmax",
+        Op::LogSoftmax,
         DATA,
         SOFTMAX_ATTRS,
         OutEWiseFusable,
         softmax,
     ),
     def(
-        "nn.fast_softmax",
+        Op::FastSoftmax,
         DATA,
         SOFTMAX_ATTRS,
         OutEWiseFusable,
         softmax,
     ),
-    def("nn.pad", &["data", "pad_value"], PAD_ATTRS, Injective, pad),
-    def("nn.batch_flatten", DATA, &[], Injective, batch_flatten),
+    def(Op::Pad, &["data", "pad_value"], PAD_ATTRS, Injective, pad),
+    def(Op::BatchFlatten, DATA, &[], Injective, batch_flatten),
     def(
-        "nn.upsampling",
+        Op::Upsampling,
         DATA,
         UPSAMPLING_ATTRS,
         Injective,
         upsampling,
     ),
     def(
-        "nn.upsampling3d",
+        Op::Upsampling3d,
         DATA,
         UPSAMPLING3D_ATTRS,
         Injective,

@@ -2,7 +2,7 @@
 //! `nn.dropout`.
 
 use super::rel::{self, def, dims_agree, norm_axis, tensor, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, Dim, TensorType, Type};
 
@@ -38,34 +38,34 @@ const NORM_ARGS: &[&str] = &["data", "gamma", "beta"];
 
 pub(super) const OPS: &[OpDef] = &[
     def(
-        "nn.batch_norm",
+        Op::BatchNorm,
         &["data", "gamma", "beta", "moving_mean", "moving_var"],
         BATCH_NORM_ATTRS,
         OutEWiseFusable,
         batch_norm,
     ),
     def(
-        "nn.layer_norm",
+        Op::LayerNorm,
         NORM_ARGS,
         LAYER_NORM_ATTRS,
         Opaque,
         affine_norm,
     ),
     def(
-        "nn.instance_norm",
+        Op::InstanceNorm,
         NORM_ARGS,
         INSTANCE_NORM_ATTRS,
         Opaque,
         affine_norm,
     ),
     def(
-        "nn.group_norm",
+        Op::GroupNorm,
         NORM_ARGS,
         GROUP_NORM_ATTRS,
         Opaque,
         group_norm,
     ),
-    def("nn.dropout", &["data"], DROPOUT_ATTRS, Opaque, dropout),
+    def(Op::Dropout, &["data"], DROPOUT_ATTRS, Opaque, dropout),
 ];
 
 /// The data tensor, the normalised axis and its extent.

@@ -6,7 +6,7 @@
 
 use super::layout::Layout;
 use super::rel::{self, def, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, Dim, TensorType, Type};
 
@@ -69,56 +69,56 @@ const ADAPTIVE_POOL2D_ATTRS: &[AttrField] = &[
 
 pub(super) const OPS: &[OpDef] = &[
     def(
-        "nn.max_pool2d",
+        Op::MaxPool2d,
         DATA,
         MAX_POOL2D_ATTRS,
         OutEWiseFusable,
         pool2d,
     ),
     def(
-        "nn.avg_pool2d",
+        Op::AvgPool2d,
         DATA,
         AVG_POOL2D_ATTRS,
         OutEWiseFusable,
         pool2d,
     ),
     def(
-        "nn.max_pool3d",
+        Op::MaxPool3d,
         DATA,
         MAX_POOL3D_ATTRS,
         OutEWiseFusable,
         pool3d,
     ),
     def(
-        "nn.avg_pool3d",
+        Op::AvgPool3d,
         DATA,
         AVG_POOL3D_ATTRS,
         OutEWiseFusable,
         pool3d,
     ),
     def(
-        "nn.global_avg_pool2d",
+        Op::GlobalAvgPool2d,
         DATA,
         GLOBAL_POOL2D_ATTRS,
         OutEWiseFusable,
         global_pool2d,
     ),
     def(
-        "nn.global_max_pool2d",
+        Op::GlobalMaxPool2d,
         DATA,
         GLOBAL_POOL2D_ATTRS,
         OutEWiseFusable,
         global_pool2d,
     ),
     def(
-        "nn.adaptive_avg_pool2d",
+        Op::AdaptiveAvgPool2d,
         DATA,
         ADAPTIVE_POOL2D_ATTRS,
         OutEWiseFusable,
         adaptive_pool2d,
     ),
     def(
-        "nn.adaptive_max_pool2d",
+        Op::AdaptiveMaxPool2d,
         DATA,
         ADAPTIVE_POOL2D_ATTRS,
         OutEWiseFusable,

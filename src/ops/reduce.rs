@@ -4,7 +4,7 @@
 //! `exclude` reduces the complement instead, and `keepdims` keeps reduced axes with extent 1.
 
 use super::rel::{self, def, norm_axis, tensor, tensor_type};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, DType, Dim, TensorType, Type};
 
@@ -33,20 +33,20 @@ const VARIANCE_ATTRS: &[AttrField] = &[
 ];
 
 pub(super) const OPS: &[OpDef] = &[
-    def("sum", DATA, REDUCE_ATTRS, CommReduce, reduce),
-    def("max", DATA, REDUCE_ATTRS, CommReduce, reduce),
-    def("min", DATA, REDUCE_ATTRS, CommReduce, reduce),
-    def("prod", DATA, REDUCE_ATTRS, CommReduce, reduce),
-    def("mean", DATA, REDUCE_ATTRS, CommReduce, reduce),
+    def(Op::Sum, DATA, REDUCE_ATTRS, CommReduce, reduce),
+    def(Op::Max, DATA, REDUCE_ATTRS, CommReduce, reduce),
+    def(Op::Min, DATA, REDUCE_ATTRS, CommReduce, reduce),
+    def(Op::Prod, DATA, REDUCE_ATTRS, CommReduce, reduce),
+    def(Op::Mean, DATA, REDUCE_ATTRS, CommReduce, reduce),
     def(
-        "variance",
+        Op::Variance,
         &["data", "mean"],
         VARIANCE_ATTRS,
         CommReduce,
         variance,
     ),
-    def("argmax", DATA, ARG_REDUCE_ATTRS, CommReduce, arg_reduce),
-    def("argmin", DATA, ARG_REDUCE_ATTRS, CommReduce, arg_reduce),
+    def(Op::Argmax, DATA, ARG_REDUCE_ATTRS, CommReduce, arg_reduce),
+    def(Op::Argmin, DATA, ARG_REDUCE_ATTRS, CommReduce, arg_reduce),
 ];
 
 /// The shape of `data` after reducing per the `axis`, `exclude` and `keepdims` attributes.

@@ -5,8 +5,9 @@
 //! panicking. Dynamic (`?`) and symbolic extents propagate as [`Dim::Any`] wherever a static value
 //! would be needed to compute a result extent.
 
+use super::geom::{self, AxisError, WindowError};
 use super::layout::Layout;
-use super::{OpDef, OpPattern, RelCall, RelError, TypeRel};
+use super::{Op, OpDef, OpPattern, RelCall, RelError, TypeRel};
 use crate::ir::{AttrField, AttrValue, DType, Dim, TensorType, Type};
 
 /// The largest rank a relation accepts or produces.
@@ -14,14 +15,15 @@ pub const MAX_RANK: usize = 256;
 
 /// Builds an [`OpDef`]; shorthand used by the per-family tables.
 pub const fn def(
-    name: &'static str,
+    op: Op,
     args: &'static [&'static str],
     attrs: &'static [AttrField],
     pattern: OpPattern,
     rel: TypeRel,
 ) -> OpDef {
     OpDef {
-        name,
+        op,
+        name: op.name(),
         args,
         attrs,
         pattern,
@@ -265,55 +267,43 @@ pub fn data_with_layout<'a>(c: &RelCall<'a>) -> Result<(&'a TensorType, Layout),
 /// A per-spatial-axis attribute (`strides`, `dilation`, `pool_size`, `kernel_size`): `n` positive
 /// integers, or a single one applied to every axis.
 pub fn spatial_ints(c: &RelCall<'_>, name: &str, n: usize) -> Result<Vec<i64>, RelError> {
-    let v = ints_attr(c, name)?;
-    let v = match v.len() {
-        1 => vec![v[0]; n],
-        len if len == n => v,
-        len => {
-            return Err(RelError::new(format!(
-                "attribute `{name}` of `{}` needs {n} value(s), found {len}",
-                c.op.name
-            )))
-        }
-    };
-    if let Some(bad) = v.iter().find(|&&x| x <= 0) {
-        return Err(RelError::new(format!(
+    geom::per_axis(&ints_attr(c, name)?, n, true).map_err(|e| match e {
+        AxisError::Count(len) => RelError::new(format!(
+            "attribute `{name}` of `{}` needs {n} value(s), found {len}",
+            c.op.name
+        )),
+        AxisError::Value(bad) => RelError::new(format!(
             "attribute `{name}` of `{}` must hold positive values, found {bad}",
             c.op.name
-        )));
-    }
-    Ok(v)
+        )),
+    })
 }
 
 /// The total padding per spatial axis from a TVM padding attribute: one value (all sides), `n`
 /// values (both sides of each axis) or `2n` values (all befores, then all afters).
 pub fn padding_totals(c: &RelCall<'_>, name: &str, n: usize) -> Result<Vec<i64>, RelError> {
-    let p = ints_attr(c, name)?;
-    if let Some(bad) = p.iter().find(|&&x| x < 0) {
-        return Err(RelError::new(format!(
+    let (before, after) = geom::padding(&ints_attr(c, name)?, n).map_err(|e| match e {
+        AxisError::Value(bad) => RelError::new(format!(
             "attribute `{name}` of `{}` must not be negative, found {bad}",
             c.op.name
-        )));
-    }
-    let twice = |x: i64| x.checked_mul(2).ok_or_else(|| overflow(c));
-    match p.len() {
-        1 => Ok(vec![twice(p[0])?; n]),
-        len if len == n => p.into_iter().map(twice).collect(),
-        len if len == 2 * n => (0..n)
-            .map(|i| p[i].checked_add(p[i + n]).ok_or_else(|| overflow(c)))
-            .collect(),
-        len => {
+        )),
+        AxisError::Count(len) => {
             let forms = if n == 1 {
                 "1 or 2".to_string()
             } else {
                 format!("1, {n} or {}", 2 * n)
             };
-            Err(RelError::new(format!(
+            RelError::new(format!(
                 "attribute `{name}` of `{}` needs {forms} values, found {len}",
                 c.op.name
-            )))
+            ))
         }
-    }
+    })?;
+    before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| b.checked_add(*a).ok_or_else(|| overflow(c)))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -437,24 +427,14 @@ pub fn window_extent(
             c.op.name
         )));
     }
-    let dilated = (k - 1)
-        .checked_mul(dilation)
-        .and_then(|x| x.checked_add(1))
-        .ok_or_else(|| overflow(c))?;
-    let padded = n.checked_add(pad).ok_or_else(|| overflow(c))?;
-    let span = padded - dilated;
-    if span < 0 {
-        return Err(RelError::new(format!(
+    match geom::window_out(n, k, pad, stride, dilation, ceil_mode) {
+        Ok(e) => Ok(Dim::Fixed(e)),
+        Err(WindowError::Overflow) => Err(overflow(c)),
+        Err(WindowError::TooLarge { dilated, padded }) => Err(RelError::new(format!(
             "the window of `{}` ({dilated} after dilation) is larger than the padded input extent {padded}",
             c.op.name
-        )));
+        ))),
     }
-    let steps = if ceil_mode {
-        span.checked_add(stride - 1).ok_or_else(|| overflow(c))? / stride
-    } else {
-        span / stride
-    };
-    Ok(Dim::Fixed(steps + 1))
 }
 
 // ---------------------------------------------------------------------------------------------

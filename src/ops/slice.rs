@@ -1,7 +1,7 @@
 //! Joining and slicing: `concatenate`, `stack`, `split`, `take` and `strided_slice`.
 
 use super::rel::{self, def, norm_axis, tensor, tensor_type, MAX_RANK};
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, AttrValue, Dim, Type};
 
@@ -33,12 +33,12 @@ const STRIDED_SLICE_ATTRS: &[AttrField] = &[
 const MAX_SECTIONS: i64 = 1 << 16;
 
 pub(super) const OPS: &[OpDef] = &[
-    def("concatenate", &["data"], AXIS_0, Injective, concatenate),
-    def("stack", &["data"], AXIS_0, Injective, stack),
-    def("split", &["data"], SPLIT_ATTRS, Injective, split),
-    def("take", &["data", "indices"], TAKE_ATTRS, Injective, take),
+    def(Op::Concatenate, &["data"], AXIS_0, Injective, concatenate),
+    def(Op::Stack, &["data"], AXIS_0, Injective, stack),
+    def(Op::Split, &["data"], SPLIT_ATTRS, Injective, split),
+    def(Op::Take, &["data", "indices"], TAKE_ATTRS, Injective, take),
     def(
-        "strided_slice",
+        Op::StridedSlice,
         &["data"],
         STRIDED_SLICE_ATTRS,
         Injective,

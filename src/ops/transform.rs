@@ -3,7 +3,7 @@
 
 use super::rel::{self, def, norm_axis, tensor, tensor_type, MAX_RANK};
 use super::tensor::INIT_ATTRS;
-use super::{OpDef, OpPattern, RelCall, RelError};
+use super::{Op, OpDef, OpPattern, RelCall, RelError};
 use crate::ir::attrs::field;
 use crate::ir::{AttrDefault as D, AttrField, AttrType as T, Dim, Type};
 
@@ -67,27 +67,27 @@ const RESIZE2D_ATTRS: &[AttrField] = &[
 ];
 
 pub(super) const OPS: &[OpDef] = &[
-    def("reshape", DATA, RESHAPE_ATTRS, Injective, reshape),
-    def("transpose", DATA, TRANSPOSE_ATTRS, Injective, transpose),
+    def(Op::Reshape, DATA, RESHAPE_ATTRS, Injective, reshape),
+    def(Op::Transpose, DATA, TRANSPOSE_ATTRS, Injective, transpose),
     def(
-        "expand_dims",
+        Op::ExpandDims,
         DATA,
         EXPAND_DIMS_ATTRS,
         Broadcast,
         expand_dims,
     ),
-    def("squeeze", DATA, SQUEEZE_ATTRS, Injective, squeeze),
-    def("tile", DATA, TILE_ATTRS, Broadcast, tile),
-    def("broadcast_to", DATA, INIT_ATTRS, Broadcast, broadcast_to),
+    def(Op::Squeeze, DATA, SQUEEZE_ATTRS, Injective, squeeze),
+    def(Op::Tile, DATA, TILE_ATTRS, Broadcast, tile),
+    def(Op::BroadcastTo, DATA, INIT_ATTRS, Broadcast, broadcast_to),
     def(
-        "layout_transform",
+        Op::LayoutTransform,
         DATA,
         LAYOUT_TRANSFORM_ATTRS,
         Injective,
         layout_transform,
     ),
-    def("image.resize1d", DATA, RESIZE1D_ATTRS, Injective, resize1d),
-    def("image.resize2d", DATA, RESIZE2D_ATTRS, Injective, resize2d),
+    def(Op::Resize1d, DATA, RESIZE1D_ATTRS, Injective, resize1d),
+    def(Op::Resize2d, DATA, RESIZE2D_ATTRS, Injective, resize2d),
 ];
 
 fn reshape_err(

@@ -18,6 +18,7 @@ use crate::exec::tensor::{is_f32_family, Shape, Tensor};
 use crate::ir::{
     AttrValue, Callee, Constant, DType, DTypeCode, Expr, ExprId, Module, Scalar, VarId,
 };
+use crate::ops::Op;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -150,7 +151,7 @@ pub fn random_tensor(ty: &Shape, key: u64, role: Role) -> Result<Tensor, String>
     Ok(t)
 }
 
-/// The role of a value used as argument `pos` of a call of operator `name` (with the call's
+/// The role of a value used as argument `pos` of a call of an operator (with the call's
 /// attributes and argument types).
 fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
     let Expr::Call {
@@ -173,10 +174,10 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
     };
     let numel = |d: &[u64]| d.iter().product::<u64>();
     let flag = |n: &str| attr(n).and_then(AttrValue::as_bool).unwrap_or(false);
-    match (def.name, pos) {
-        ("nn.dense" | "nn.matmul", 1) => {
+    match (def.op, pos) {
+        (Op::Dense | Op::Matmul, 1) => {
             let w = arg_dims(1);
-            let k = if def.name == "nn.matmul" && !flag("transpose_b") {
+            let k = if def.op == Op::Matmul && !flag("transpose_b") {
                 w.first().copied()
             } else {
                 w.get(1).copied()
@@ -185,7 +186,7 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
                 fan_in: k.unwrap_or(1),
             }
         }
-        ("nn.batch_matmul", 0 | 1) => {
+        (Op::BatchMatmul, 0 | 1) => {
             let x = arg_dims(0);
             let k = if flag("transpose_a") {
                 x.get(1)
@@ -196,20 +197,12 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
                 fan_in: k.copied().unwrap_or(1),
             }
         }
-        (
-            "nn.conv1d"
-            | "nn.conv2d"
-            | "nn.conv3d"
-            | "nn.conv1d_transpose"
-            | "nn.conv2d_transpose"
-            | "nn.conv3d_transpose",
-            1,
-        ) => {
+        (Op::Conv1d | Op::Conv2d | Op::Conv3d | Op::Conv2dTranspose | Op::Conv3dTranspose, 1) => {
             let w = arg_dims(1);
             let layout = attr("kernel_layout")
                 .and_then(AttrValue::as_str)
                 .and_then(|s| crate::ops::layout::Layout::parse(s).ok());
-            let letter = if def.name.ends_with("_transpose") {
+            let letter = if def.op.conv_kind().is_some_and(|k| k.transposed) {
                 'I'
             } else {
                 'O'
@@ -228,13 +221,11 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
                 fan_in: numel(&w) / out.max(1),
             }
         }
-        ("nn.batch_norm", 1 | 4) | ("nn.layer_norm" | "nn.instance_norm" | "nn.group_norm", 1) => {
+        (Op::BatchNorm, 1 | 4) | (Op::LayerNorm | Op::InstanceNorm | Op::GroupNorm, 1) => {
             Role::Positive
         }
-        ("sqrt" | "rsqrt" | "log", 0)
-        | ("divide" | "floor_divide" | "floor_mod", 1)
-        | ("power", 0) => Role::Positive,
-        ("take", 1) => {
+        (Op::Sqrt | Op::Rsqrt | Op::Log, 0) | (Op::Divide, 1) | (Op::Power, 0) => Role::Positive,
+        (Op::Take, 1) => {
             let d = arg_dims(0);
             let extent = match attr("axis").and_then(AttrValue::as_int) {
                 None => numel(&d),

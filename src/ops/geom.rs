@@ -73,12 +73,12 @@ pub struct PoolKind {
 }
 
 impl Op {
-    /// The convolution shape of `nn.conv1d/2d/3d` and `nn.conv2d/3d_transpose` (and of
-    /// `qnn.conv2d`, which shares the forward geometry); `None` for every other operator.
+    /// The convolution shape of `nn.conv1d/2d/3d` and `nn.conv2d/3d_transpose`; `None` for every
+    /// other operator (`qnn.conv2d` shares the forward geometry but not the arguments).
     pub const fn conv_kind(self) -> Option<ConvKind> {
         let (spatial, transposed) = match self {
             Op::Conv1d => (1, false),
-            Op::Conv2d | Op::QnnConv2d => (2, false),
+            Op::Conv2d => (2, false),
             Op::Conv3d => (3, false),
             Op::Conv2dTranspose => (2, true),
             Op::Conv3dTranspose => (3, true),

@@ -166,6 +166,48 @@ fn every_supported_operator_has_cases() {
     }
 }
 
+/// Every operator of the registry has an interpreter kernel or a row in the table of operators
+/// without one in `docs/execution.md`, with its reason; no operator has both.
+#[test]
+fn every_operator_has_a_kernel_or_a_documented_reason() {
+    let doc = std::fs::read_to_string(root().join("docs/execution.md")).unwrap();
+    let section = doc
+        .split("### Operators without a kernel")
+        .nth(1)
+        .expect("docs/execution.md lacks `### Operators without a kernel`");
+    let section = section.split("\n#").next().unwrap_or(section);
+    let mut documented: Vec<&str> = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        assert!(
+            cells.get(2).is_some_and(|r| !r.is_empty()),
+            "`{name}` has no reason in docs/execution.md"
+        );
+        documented.push(name);
+    }
+    for (_, def) in collage::ops::registry().iter() {
+        let kernel = collage::exec::ops::implements(def.op);
+        let listed = documented.contains(&def.name);
+        assert!(
+            kernel || listed,
+            "`{}` has no interpreter kernel and no reason in docs/execution.md",
+            def.name
+        );
+        assert!(
+            !(kernel && listed),
+            "`{}` has an interpreter kernel but is listed in docs/execution.md as having none",
+            def.name
+        );
+    }
+    for name in documented {
+        assert!(
+            collage::ops::registry().lookup(name).is_some(),
+            "docs/execution.md lists `{name}`, which is not an operator"
+        );
+    }
+}
+
 mod props {
     //! Broadcasting and transposition on random shapes against a naive evaluation in the test:
     //! `transpose(where(c, subtract(x, y), y), perm)` where `c` and `y` broadcast to `x`'s shape.

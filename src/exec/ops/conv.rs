@@ -9,11 +9,8 @@ use super::{op, Call, OpImpl, Reason};
 use crate::exec::kernel::RunError;
 use crate::exec::tensor::Tensor;
 use crate::ir::DType;
+use crate::ops::geom::{self, AxisError};
 use rayon::prelude::*;
-
-pub(super) fn implements(name: &str) -> bool {
-    name == "nn.conv2d"
-}
 
 /// The geometry of one 2-d convolution in canonical layouts.
 #[derive(Clone, Copy, Debug)]
@@ -36,35 +33,26 @@ struct Geom {
 
 /// `[top, left, bottom, right]` from TVM's 1-, 2- or 4-value padding.
 pub(super) fn padding4(p: &[i64]) -> Result<[usize; 4], Reason> {
-    let v: Vec<usize> = p
-        .iter()
-        .map(|&x| usize::try_from(x).map_err(|_| format!("negative padding {x}")))
-        .collect::<Result<_, _>>()?;
-    match v.as_slice() {
-        [a] => Ok([*a; 4]),
-        [a, b] => Ok([*a, *b, *a, *b]),
-        [a, b, c, d] => Ok([*a, *b, *c, *d]),
-        _ => Err(format!("padding needs 1, 2 or 4 values, found {}", v.len())),
-    }
+    let (before, after) = geom::padding(p, 2).map_err(|e| match e {
+        AxisError::Value(x) => format!("negative padding {x}"),
+        AxisError::Count(n) => format!("padding needs 1, 2 or 4 values, found {n}"),
+    })?;
+    let u = |x: i64| x as usize;
+    Ok([u(before[0]), u(before[1]), u(after[0]), u(after[1])])
 }
 
 /// `[h, w]` from a 1- or 2-value attribute.
 pub(super) fn pair(c: &Call<'_>, name: &str) -> Result<(usize, usize), Reason> {
     let v = c.ints(name)?;
-    let v: Vec<usize> = v
-        .iter()
-        .map(|&x| usize::try_from(x).ok().filter(|&x| x > 0))
-        .collect::<Option<_>>()
-        .ok_or_else(|| {
-            format!(
-                "attribute `{name}` of `{}` must hold positive values",
-                c.op.name
-            )
-        })?;
-    match v.as_slice() {
-        [a] => Ok((*a, *a)),
-        [a, b] => Ok((*a, *b)),
-        _ => Err(format!(
+    if v.iter().any(|&x| x <= 0) {
+        return Err(format!(
+            "attribute `{name}` of `{}` must hold positive values",
+            c.op.name
+        ));
+    }
+    match geom::per_axis(&v, 2, true) {
+        Ok(v) => Ok((v[0] as usize, v[1] as usize)),
+        Err(_) => Err(format!(
             "attribute `{name}` of `{}` needs 1 or 2 values",
             c.op.name
         )),
@@ -96,10 +84,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     let dilation = pair(c, "dilation")?;
     let [pt, pl, pb, pr] = padding4(&c.ints("padding")?)?;
     let span = |n: usize, k: usize, p: usize, s: usize, dl: usize| -> Result<usize, Reason> {
-        let eff = (k - 1) * dl + 1;
-        (n + p)
-            .checked_sub(eff)
-            .map(|x| x / s + 1)
+        geom::window_out_usize(n, k, p, s, dl, false)
             .ok_or_else(|| "the convolution window is larger than the padded input".to_string())
     };
     let g = Geom {

@@ -4,34 +4,23 @@
 use super::gemm::{sgemm, sgemm_serial};
 use super::{op, Call, OpImpl, Reason};
 use crate::exec::tensor::{strides, Tensor};
+use crate::ops::Op;
 use rayon::prelude::*;
 
-pub(super) fn implements(name: &str) -> bool {
-    matches!(
-        name,
-        "nn.dense"
-            | "nn.batch_matmul"
-            | "nn.softmax"
-            | "nn.log_softmax"
-            | "nn.pad"
-            | "nn.bias_add"
-            | "nn.leaky_relu"
-    )
-}
-
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
-    match c.op.name {
-        "nn.dense" => dense(c),
-        "nn.batch_matmul" => batch_matmul(c),
-        "nn.softmax" => softmax(c, false),
-        "nn.log_softmax" => softmax(c, true),
-        "nn.pad" => pad(c),
-        "nn.bias_add" => bias_add(c),
-        _ => {
+    match c.op.op {
+        Op::Dense => dense(c),
+        Op::BatchMatmul => batch_matmul(c),
+        Op::Softmax => softmax(c, false),
+        Op::LogSoftmax => softmax(c, true),
+        Op::Pad => pad(c),
+        Op::BiasAdd => bias_add(c),
+        Op::LeakyRelu => {
             c.require_float(&[c.arg(0)?.dtype])?;
             let alpha = c.float("alpha")? as f32;
             super::tensor::unary_f32(move |x: f32| if x < 0.0 { alpha * x } else { x })
         }
+        _ => Err(super::not_implemented(c)),
     }
 }
 

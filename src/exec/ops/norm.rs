@@ -2,11 +2,8 @@
 
 use super::nn::around;
 use super::{op, Call, OpImpl, Reason};
+use crate::ops::Op;
 use rayon::prelude::*;
-
-pub(super) fn implements(name: &str) -> bool {
-    matches!(name, "nn.batch_norm" | "nn.layer_norm")
-}
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     let d = c.arg(0)?.clone();
@@ -17,7 +14,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     let center = c.bool("center")?;
     let scale = c.bool("scale")?;
     let (outer, ext, inner) = around(&d.dims, axis);
-    if c.op.name == "nn.batch_norm" {
+    if c.op.op == Op::BatchNorm {
         // y = (x - mean) / sqrt(var + eps) * gamma + beta, per channel; the second and third
         // results are the moving mean and variance, unchanged (inference).
         return op(move |args, outs| {

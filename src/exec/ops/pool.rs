@@ -8,13 +8,7 @@ use super::{op, Call, OpImpl, Reason};
 use crate::exec::kernel::RunError;
 use crate::exec::tensor::{strides, Tensor};
 use crate::ir::DType;
-
-pub(super) fn implements(name: &str) -> bool {
-    matches!(
-        name,
-        "nn.max_pool2d" | "nn.avg_pool2d" | "nn.global_avg_pool2d" | "nn.global_max_pool2d"
-    )
-}
+use crate::ops::geom::{self, PoolReduce, PoolWindow};
 
 #[derive(Clone, Debug)]
 struct Window {
@@ -43,7 +37,13 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             d.dims.len()
         ));
     }
-    let global = c.op.name.starts_with("nn.global");
+    let kind =
+        c.op.op
+            .pool_kind()
+            .filter(|k| k.spatial == 2 && k.window != PoolWindow::Adaptive)
+            .ok_or_else(|| super::not_implemented(c))?;
+    let global = kind.window == PoolWindow::Global;
+    let max = kind.reduce == PoolReduce::Max;
     let lowest = -d.dtype.float_max().unwrap_or(f32::MAX);
     let win = if global {
         Window {
@@ -51,7 +51,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             stride: (1, 1),
             dilation: (1, 1),
             pad: [0; 4],
-            max: c.op.name == "nn.global_max_pool2d",
+            max,
             count_include_pad: false,
             lowest,
         }
@@ -61,18 +61,15 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             stride: pair(c, "strides")?,
             dilation: pair(c, "dilation")?,
             pad: padding4(&c.ints("padding")?)?,
-            max: c.op.name == "nn.max_pool2d",
-            count_include_pad: c.op.name == "nn.avg_pool2d" && c.bool("count_include_pad")?,
+            max,
+            count_include_pad: !max && c.bool("count_include_pad")?,
             lowest,
         }
     };
     let ceil = !global && c.bool("ceil_mode")?;
     let extent = |n: usize, k: usize, p: usize, s: usize, dl: usize| -> Result<usize, Reason> {
-        let eff = (k.max(1) - 1) * dl + 1;
-        let span = (n + p)
-            .checked_sub(eff)
-            .ok_or_else(|| "the pooling window is larger than the padded input".to_string())?;
-        Ok(if ceil { span.div_ceil(s) } else { span / s } + 1)
+        geom::window_out_usize(n, k.max(1), p, s, dl, ceil)
+            .ok_or_else(|| "the pooling window is larger than the padded input".to_string())
     };
     let oh = extent(
         d.dims[hpos],

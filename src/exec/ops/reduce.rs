@@ -6,11 +6,8 @@
 
 use super::{op, Call, OpImpl, Reason};
 use crate::exec::tensor::strides;
+use crate::ops::Op;
 use rayon::prelude::*;
-
-pub(super) fn implements(name: &str) -> bool {
-    matches!(name, "sum" | "mean" | "max" | "min")
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -38,11 +35,12 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
         reduced.iter_mut().for_each(|x| *x = !*x);
     }
     let big = d.dtype.float_max().unwrap_or(f32::MAX);
-    let kind = match c.op.name {
-        "sum" => Kind::Sum,
-        "mean" => Kind::Mean,
-        "max" => Kind::Max,
-        _ => Kind::Min,
+    let kind = match c.op.op {
+        Op::Sum => Kind::Sum,
+        Op::Mean => Kind::Mean,
+        Op::Max => Kind::Max,
+        Op::Min => Kind::Min,
+        _ => return Err(super::not_implemented(c)),
     };
     let st = strides(&d.dims);
     let kept: Vec<(usize, usize)> = (0..r)

@@ -4,16 +4,14 @@ use super::nn::around;
 use super::{op, Call, OpImpl, Reason};
 use crate::exec::kernel::RunError;
 use crate::ir::AttrValue;
-
-pub(super) fn implements(name: &str) -> bool {
-    matches!(name, "concatenate" | "split" | "take")
-}
+use crate::ops::Op;
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
-    match c.op.name {
-        "concatenate" => concatenate(c),
-        "split" => split(c),
-        _ => take(c),
+    match c.op.op {
+        Op::Concatenate => concatenate(c),
+        Op::Split => split(c),
+        Op::Take => take(c),
+        _ => Err(super::not_implemented(c)),
     }
 }
 

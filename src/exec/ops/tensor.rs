@@ -6,154 +6,162 @@ use super::{op, Call, OpImpl, Reason};
 use crate::exec::kernel::RunError;
 use crate::exec::tensor::{is_f32_family, is_i64_family, Shape};
 use crate::ir::DType;
+use crate::ops::Op;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const UNARY_FLOAT: &[&str] = &[
-    "sqrt", "rsqrt", "erf", "exp", "log", "sigmoid", "tanh", "floor", "ceil", "round",
-];
-const UNARY_ANY: &[&str] = &["abs", "negative", "nn.relu", "copy"];
-const BINARY: &[&str] = &[
-    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
-];
-const COMPARE: &[&str] = &[
-    "less",
-    "greater",
-    "equal",
-    "less_equal",
-    "greater_equal",
-    "not_equal",
-];
-
-pub(super) fn implements(name: &str) -> bool {
-    UNARY_FLOAT.contains(&name)
-        || UNARY_ANY.contains(&name)
-        || BINARY.contains(&name)
-        || COMPARE.contains(&name)
-        || matches!(name, "clip" | "cast" | "where")
-}
-
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
-    let name = c.op.name;
+    let op = c.op.op;
     let out = c.out()?.clone();
-    if UNARY_FLOAT.contains(&name) {
-        c.require_float(&[c.arg(0)?.dtype, out.dtype])?;
-        return match name {
-            "sqrt" => unary_f32(f32::sqrt),
-            "rsqrt" => unary_f32(|x| 1.0 / x.sqrt()),
-            "erf" => unary_f32(libm::erff),
-            "exp" => unary_f32(f32::exp),
-            "log" => unary_f32(f32::ln),
-            "sigmoid" => unary_f32(|x| 1.0 / (1.0 + (-x).exp())),
-            "tanh" => unary_f32(f32::tanh),
-            "floor" => unary_f32(f32::floor),
-            "ceil" => unary_f32(f32::ceil),
-            // To the nearest integer, halves to even (NumPy's and TVM's `round`).
-            _ => unary_f32(f32::round_ties_even),
-        };
-    }
-    if UNARY_ANY.contains(&name) {
-        let d = c.arg(0)?.dtype;
-        if name == "copy" {
-            return op(|args, outs| {
-                outs[0].bytes_mut().copy_from_slice(args[0].bytes());
-                Ok(())
-            });
+    match op {
+        Op::Sqrt
+        | Op::Rsqrt
+        | Op::Erf
+        | Op::Exp
+        | Op::Log
+        | Op::Sigmoid
+        | Op::Tanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round => {
+            c.require_float(&[c.arg(0)?.dtype, out.dtype])?;
+            unary_float(c, op)
         }
-        if is_f32_family(d) {
-            return match name {
-                "abs" => unary_f32(f32::abs),
-                "negative" => unary_f32(|x: f32| -x),
-                _ => unary_f32(|x: f32| if x < 0.0 { 0.0 } else { x }),
-            };
+        Op::Copy => super::op(|args, outs| {
+            outs[0].bytes_mut().copy_from_slice(args[0].bytes());
+            Ok(())
+        }),
+        Op::Abs | Op::Negative | Op::Relu => unary_any(c, op),
+        Op::Add
+        | Op::Subtract
+        | Op::Multiply
+        | Op::Divide
+        | Op::Power
+        | Op::Maximum
+        | Op::Minimum => binary(c, op, out),
+        Op::Less | Op::Greater | Op::Equal | Op::LessEqual | Op::GreaterEqual | Op::NotEqual => {
+            compare(c, op, out)
         }
-        if is_i64_family(d) {
-            return match name {
-                "abs" => unary_i64(i64::wrapping_abs),
-                "negative" => unary_i64(i64::wrapping_neg),
-                _ => unary_i64(|x: i64| x.max(0)),
-            };
-        }
-        return Err(unsupported_dtype(name, d));
-    }
-    if BINARY.contains(&name) {
-        let (a, b) = (c.arg(0)?.clone(), c.arg(1)?.clone());
-        if is_f32_family(a.dtype) {
-            return match name {
-                "add" => binary_f32(a, b, out, |x, y| x + y),
-                "subtract" => binary_f32(a, b, out, |x, y| x - y),
-                "multiply" => binary_f32(a, b, out, |x, y| x * y),
-                "divide" => binary_f32(a, b, out, |x, y| x / y),
-                "power" => binary_f32(a, b, out, f32::powf),
-                "maximum" => binary_f32(
-                    a,
-                    b,
-                    out,
-                    |x: f32, y: f32| if x >= y || x.is_nan() { x } else { y },
-                ),
-                _ => binary_f32(
-                    a,
-                    b,
-                    out,
-                    |x: f32, y: f32| if x <= y || x.is_nan() { x } else { y },
-                ),
-            };
-        }
-        if is_i64_family(a.dtype) {
-            return match name {
-                "add" => binary_i64(a, b, out, |x, y| Some(x.wrapping_add(y))),
-                "subtract" => binary_i64(a, b, out, |x, y| Some(x.wrapping_sub(y))),
-                "multiply" => binary_i64(a, b, out, |x, y| Some(x.wrapping_mul(y))),
-                "divide" => binary_i64(a, b, out, |x, y| {
-                    if y == 0 {
-                        None
-                    } else {
-                        Some(x.wrapping_div(y))
-                    }
-                }),
-                "maximum" => binary_i64(a, b, out, |x, y| Some(x.max(y))),
-                "minimum" => binary_i64(a, b, out, |x, y| Some(x.min(y))),
-                _ => Err(format!(
-                    "`power` on integer tensors (`{}`) is not supported by the reference interpreter",
-                    a.dtype
-                )),
-            };
-        }
-        return Err(unsupported_dtype(name, a.dtype));
-    }
-    if COMPARE.contains(&name) {
-        let (a, b) = (c.arg(0)?.clone(), c.arg(1)?.clone());
-        if is_f32_family(a.dtype) {
-            return match name {
-                "less" => compare_f32(a, b, out, |x, y| x < y),
-                "greater" => compare_f32(a, b, out, |x, y| x > y),
-                "equal" => compare_f32(a, b, out, |x, y| x == y),
-                "less_equal" => compare_f32(a, b, out, |x, y| x <= y),
-                "greater_equal" => compare_f32(a, b, out, |x, y| x >= y),
-                _ => compare_f32(a, b, out, |x, y| x != y),
-            };
-        }
-        if is_i64_family(a.dtype) || a.dtype == DType::BOOL {
-            return match name {
-                "less" => compare_i64(a, b, out, |x, y| x < y),
-                "greater" => compare_i64(a, b, out, |x, y| x > y),
-                "equal" => compare_i64(a, b, out, |x, y| x == y),
-                "less_equal" => compare_i64(a, b, out, |x, y| x <= y),
-                "greater_equal" => compare_i64(a, b, out, |x, y| x >= y),
-                _ => compare_i64(a, b, out, |x, y| x != y),
-            };
-        }
-        return Err(unsupported_dtype(name, a.dtype));
-    }
-    match name {
-        "clip" => {
+        Op::Clip => {
             c.require_float(&[c.arg(0)?.dtype])?;
             let lo = c.float("a_min")? as f32;
             let hi = c.float("a_max")? as f32;
             unary_f32(move |x: f32| if x.is_nan() { x } else { x.max(lo).min(hi) })
         }
-        "cast" => cast(c.arg(0)?.dtype, out.dtype),
-        _ => where_(c, out),
+        Op::Cast => cast(c.arg(0)?.dtype, out.dtype),
+        Op::Where => where_(c, out),
+        _ => Err(super::not_implemented(c)),
     }
+}
+
+/// The unary operators computed on floats only.
+fn unary_float(c: &Call<'_>, op: Op) -> Result<Box<dyn OpImpl>, Reason> {
+    match op {
+        Op::Sqrt => unary_f32(f32::sqrt),
+        Op::Rsqrt => unary_f32(|x| 1.0 / x.sqrt()),
+        Op::Erf => unary_f32(libm::erff),
+        Op::Exp => unary_f32(f32::exp),
+        Op::Log => unary_f32(f32::ln),
+        Op::Sigmoid => unary_f32(|x| 1.0 / (1.0 + (-x).exp())),
+        Op::Tanh => unary_f32(f32::tanh),
+        Op::Floor => unary_f32(f32::floor),
+        Op::Ceil => unary_f32(f32::ceil),
+        // To the nearest integer, halves to even (NumPy's and TVM's `round`).
+        Op::Round => unary_f32(f32::round_ties_even),
+        _ => Err(super::not_implemented(c)),
+    }
+}
+
+/// `abs`, `negative` and `nn.relu`: on floats and on integers.
+fn unary_any(c: &Call<'_>, op: Op) -> Result<Box<dyn OpImpl>, Reason> {
+    let d = c.arg(0)?.dtype;
+    if is_f32_family(d) {
+        return match op {
+            Op::Abs => unary_f32(f32::abs),
+            Op::Negative => unary_f32(|x: f32| -x),
+            _ => unary_f32(|x: f32| if x < 0.0 { 0.0 } else { x }),
+        };
+    }
+    if is_i64_family(d) {
+        return match op {
+            Op::Abs => unary_i64(i64::wrapping_abs),
+            Op::Negative => unary_i64(i64::wrapping_neg),
+            _ => unary_i64(|x: i64| x.max(0)),
+        };
+    }
+    Err(unsupported_dtype(c.op.name, d))
+}
+
+/// Binary arithmetic with broadcasting.
+fn binary(c: &Call<'_>, op: Op, out: Shape) -> Result<Box<dyn OpImpl>, Reason> {
+    let (a, b) = (c.arg(0)?.clone(), c.arg(1)?.clone());
+    if is_f32_family(a.dtype) {
+        return match op {
+            Op::Add => binary_f32(a, b, out, |x, y| x + y),
+            Op::Subtract => binary_f32(a, b, out, |x, y| x - y),
+            Op::Multiply => binary_f32(a, b, out, |x, y| x * y),
+            Op::Divide => binary_f32(a, b, out, |x, y| x / y),
+            Op::Power => binary_f32(a, b, out, f32::powf),
+            Op::Maximum => binary_f32(
+                a,
+                b,
+                out,
+                |x: f32, y: f32| if x >= y || x.is_nan() { x } else { y },
+            ),
+            _ => binary_f32(
+                a,
+                b,
+                out,
+                |x: f32, y: f32| if x <= y || x.is_nan() { x } else { y },
+            ),
+        };
+    }
+    if is_i64_family(a.dtype) {
+        return match op {
+            Op::Add => binary_i64(a, b, out, |x, y| Some(x.wrapping_add(y))),
+            Op::Subtract => binary_i64(a, b, out, |x, y| Some(x.wrapping_sub(y))),
+            Op::Multiply => binary_i64(a, b, out, |x, y| Some(x.wrapping_mul(y))),
+            Op::Divide => binary_i64(a, b, out, |x, y| {
+                if y == 0 {
+                    None
+                } else {
+                    Some(x.wrapping_div(y))
+                }
+            }),
+            Op::Maximum => binary_i64(a, b, out, |x, y| Some(x.max(y))),
+            Op::Minimum => binary_i64(a, b, out, |x, y| Some(x.min(y))),
+            _ => Err(format!(
+                "`power` on integer tensors (`{}`) is not supported by the reference interpreter",
+                a.dtype
+            )),
+        };
+    }
+    Err(unsupported_dtype(c.op.name, a.dtype))
+}
+
+/// Comparisons with broadcasting.
+fn compare(c: &Call<'_>, op: Op, out: Shape) -> Result<Box<dyn OpImpl>, Reason> {
+    let (a, b) = (c.arg(0)?.clone(), c.arg(1)?.clone());
+    if is_f32_family(a.dtype) {
+        return match op {
+            Op::Less => compare_f32(a, b, out, |x, y| x < y),
+            Op::Greater => compare_f32(a, b, out, |x, y| x > y),
+            Op::Equal => compare_f32(a, b, out, |x, y| x == y),
+            Op::LessEqual => compare_f32(a, b, out, |x, y| x <= y),
+            Op::GreaterEqual => compare_f32(a, b, out, |x, y| x >= y),
+            _ => compare_f32(a, b, out, |x, y| x != y),
+        };
+    }
+    if is_i64_family(a.dtype) || a.dtype == DType::BOOL {
+        return match op {
+            Op::Less => compare_i64(a, b, out, |x, y| x < y),
+            Op::Greater => compare_i64(a, b, out, |x, y| x > y),
+            Op::Equal => compare_i64(a, b, out, |x, y| x == y),
+            Op::LessEqual => compare_i64(a, b, out, |x, y| x <= y),
+            Op::GreaterEqual => compare_i64(a, b, out, |x, y| x >= y),
+            _ => compare_i64(a, b, out, |x, y| x != y),
+        };
+    }
+    Err(unsupported_dtype(c.op.name, a.dtype))
 }
 
 fn unsupported_dtype(name: &str, d: DType) -> Reason {

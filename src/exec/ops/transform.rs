@@ -7,23 +7,10 @@ use super::{op, Call, OpImpl, Reason};
 use crate::exec::tensor::{strides, Tensor};
 use crate::ir::Dim;
 use crate::ops::layout::Layout;
-
-pub(super) fn implements(name: &str) -> bool {
-    matches!(
-        name,
-        "reshape"
-            | "expand_dims"
-            | "squeeze"
-            | "transpose"
-            | "broadcast_to"
-            | "layout_transform"
-            | "on_device"
-            | "device_copy"
-    )
-}
+use crate::ops::Op;
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
-    if matches!(c.op.name, "on_device" | "device_copy") {
+    if matches!(c.op.op, Op::OnDevice | Op::DeviceCopy) {
         // The argument may be a tuple: copy every flattened tensor.
         return op(|args, outs| {
             for (a, o) in args.iter().zip(outs.iter_mut()) {
@@ -34,13 +21,13 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     }
     let d = c.arg(0)?.clone();
     let o = c.out()?.clone();
-    match c.op.name {
+    match c.op.op {
         // The element order does not change: the result shape is the inferred type's.
-        "reshape" | "expand_dims" | "squeeze" => op(|args, outs| {
+        Op::Reshape | Op::ExpandDims | Op::Squeeze => op(|args, outs| {
             outs[0].bytes_mut().copy_from_slice(args[0].bytes());
             Ok(())
         }),
-        "transpose" => {
+        Op::Transpose => {
             let r = d.dims.len();
             let axes = c.opt_ints("axes").unwrap_or_default();
             let perm: Vec<usize> = if axes.is_empty() {
@@ -60,14 +47,14 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
                 Ok(())
             })
         }
-        "broadcast_to" => {
+        Op::BroadcastTo => {
             let st = broadcast_strides(&d.dims, &o.dims);
             op(move |args, outs| {
                 strided_copy(args[0], 0, &st, &mut outs[0]);
                 Ok(())
             })
         }
-        _ => {
+        Op::LayoutTransform => {
             let from = layout(c.str("src_layout")?)?;
             let to = layout(c.str("dst_layout")?)?;
             let conv = LayoutConv::new(&from, &to, &d.dims)?;
@@ -76,6 +63,7 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
                 Ok(())
             })
         }
+        _ => Err(super::not_implemented(c)),
     }
 }
 

@@ -9,7 +9,6 @@
 pub mod attrs;
 pub mod device;
 pub mod equal;
-pub mod inline;
 pub mod literal;
 pub mod types;
 

@@ -19,6 +19,7 @@
 
 pub mod finalize;
 pub mod greedy;
+pub mod inline;
 pub mod prune;
 
 use crate::cost::{cache, Cost, Estimator};

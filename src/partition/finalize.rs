@@ -19,7 +19,7 @@
 //!   after inlining every partition function ([`crate::partition::inline`]).
 
 use super::{PartitionError, Plan};
-use crate::cost::key::Signatures;
+use crate::enumerate::key::Signatures;
 use crate::enumerate::{extract, Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{AttrValue, Callee, Expr, Global, GlobalId, Module};
 use crate::ruletree::Program;

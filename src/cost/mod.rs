@@ -22,7 +22,6 @@
 pub mod analytic;
 pub mod cache;
 pub mod cmd;
-pub mod key;
 pub mod mock;
 pub mod table;
 

@@ -1,12 +1,12 @@
 //! Measured costs: the `measure` cost estimator (`--costs measure`) and its persistent cache.
 //!
-//! Each distinct candidate (by its stable structural key, [`crate::cost::key::stable_key`]) is
+//! Each distinct candidate (by its stable structural key, [`crate::enumerate::key::stable_key`]) is
 //! extracted as a function ([`candidate`]), compiled by the backends of its target exactly as
-//! `collage run` compiles a partition ([`setup`]), and timed on random inputs by the
-//! [`protocol`]. The result goes into the SQLite cache ([`db`]) at once, keyed by structure,
-//! target, backend identity and version, thread count and machine ([`machine`]), so a second
-//! partitioning of the same model (or of another model with the same layers) measures nothing,
-//! and a killed process loses only the measurement it was making.
+//! `collage run` compiles a partition ([`setup`]), and timed on random inputs by the [`protocol`].
+//! The result goes into the SQLite cache ([`db`]) at once, keyed by structure, target, backend
+//! identity and version, thread count and machine ([`machine`]), so a second partitioning of the
+//! same model (or of another model with the same layers) measures nothing, and a killed process
+//! loses only the measurement it was making.
 //!
 //! * A candidate whose backend cannot compile or run it is `invalid` (and cached as such).
 //! * A candidate of a target with no backend on this machine (the GPU targets, a library that
@@ -183,7 +183,7 @@ impl Measure {
         let t = r.target();
         let identity = self.setup.availability(t)?;
         Ok(Key {
-            structure: crate::cost::key::stable_key(r.graph, r.candidate, &t.name),
+            structure: crate::enumerate::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
             backend: format!(
                 "{identity}; {HARNESS}; {}",

@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn gpu_targets_and_missing_libraries_cannot_run_here() {
-        let program = crate::library::program().unwrap();
+        let program = crate::sema::check_library().unwrap();
         let setup = Setup::new(&program.targets, 2, None);
         let target = |n: &str| program.targets.iter().find(|t| t.name == n).unwrap();
         let native = setup.availability(target("tvm_cpu")).unwrap();
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn the_cpu_libraries_run_their_targets() {
         // The test command installs both libraries (docs/backends.md).
-        let program = crate::library::program().unwrap();
+        let program = crate::sema::check_library().unwrap();
         let setup = Setup::new(&program.targets, 1, None);
         let target = |n: &str| program.targets.iter().find(|t| t.name == n).unwrap();
         let dnnl = setup.availability(target("dnnl")).unwrap();

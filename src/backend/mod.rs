@@ -21,11 +21,11 @@
 //! name and a version, for cache keys.
 
 pub mod byoc;
-pub mod cpu;
 pub mod dnnl;
 pub mod native;
 pub mod openblas;
 pub mod reference;
+pub mod registry;
 
 use crate::diag::{Code, Diagnostic};
 use crate::exec::program::{Buffers, MemCounter};

@@ -14,6 +14,7 @@
 use super::measuring::{self, MeasureArgs};
 use super::partition::{Bar, Format};
 use super::Outcome;
+use crate::backend::registry::Setup;
 use crate::cost;
 use crate::diag;
 use crate::enumerate::{extract, DataflowGraph, Limits};
@@ -23,7 +24,6 @@ use crate::exec::executor::Executable;
 use crate::exec::tensor::Tensor;
 use crate::ir::Module;
 use crate::measure::protocol::{self, Settings, Timing};
-use crate::measure::setup::Setup;
 use crate::partition::Partition;
 use crate::partition::{self, Plan, Progress as _};
 use crate::ruletree::Program;
@@ -997,7 +997,7 @@ impl Report<'_> {
         self.program
             .targets
             .iter()
-            .find(|t| t.compiler.is_none() && !t.is_host && crate::measure::setup::on_cpu(t))
+            .find(|t| t.compiler.is_none() && !t.is_host && crate::backend::registry::on_cpu(t))
             .map_or("native".to_string(), |t| t.name.clone())
     }
 

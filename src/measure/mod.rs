@@ -2,7 +2,8 @@
 //!
 //! Each distinct candidate (by its stable structural key, [`crate::cost::key::stable_key`]) is
 //! extracted as a function ([`candidate`]), compiled by the backends of its target exactly as
-//! `collage run` compiles a partition ([`setup`]), and timed on random inputs by the
+//! `collage run` compiles a partition (the backends of this machine,
+//! [`crate::backend::registry::Setup`]), and timed on random inputs by the
 //! [`protocol`]. The result goes into the SQLite cache ([`db`]) at once, keyed by structure,
 //! target, backend identity and version, thread count and machine ([`machine`]), so a second
 //! partitioning of the same model (or of another model with the same layers) measures nothing,
@@ -23,8 +24,8 @@ pub mod flush;
 pub mod machine;
 pub mod priority;
 pub mod protocol;
-pub mod setup;
 
+use crate::backend::registry::Setup;
 use crate::backend::Unit;
 use crate::cost::{Cost, Estimate, Estimator, Request};
 use crate::exec::data::Weights;
@@ -35,7 +36,6 @@ use crate::ruletree::Target;
 use db::{Db, Entry, Key, Opened};
 use machine::Machine;
 use protocol::Settings;
-use setup::Setup;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 

@@ -473,24 +473,3 @@ impl Estimator for Measure {
             .collect()
     }
 }
-
-/// A shared measuring estimator (the caller keeps a handle to read its counters).
-pub struct Shared(pub Arc<Measure>);
-
-impl Estimator for Shared {
-    fn name(&self) -> String {
-        self.0.name()
-    }
-
-    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
-        self.0.estimate(req)
-    }
-
-    fn estimate_many(
-        &self,
-        reqs: &[Request<'_, '_>],
-        progress: &dyn Fn(usize, usize),
-    ) -> Vec<Estimate> {
-        self.0.estimate_many(reqs, progress)
-    }
-}

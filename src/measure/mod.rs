@@ -2,11 +2,12 @@
 //!
 //! Each distinct candidate (by its stable structural key, [`crate::enumerate::key::stable_key`]) is
 //! extracted as a function ([`candidate`]), compiled by the backends of its target exactly as
-//! `collage run` compiles a partition ([`setup`]), and timed on random inputs by the [`protocol`].
-//! The result goes into the SQLite cache ([`db`]) at once, keyed by structure, target, backend
-//! identity and version, thread count and machine ([`machine`]), so a second partitioning of the
-//! same model (or of another model with the same layers) measures nothing, and a killed process
-//! loses only the measurement it was making.
+//! `collage run` compiles a partition (the backends of this machine,
+//! [`crate::backend::registry::Setup`]), and timed on random inputs by the
+//! [`protocol`]. The result goes into the SQLite cache ([`db`]) at once, keyed by structure,
+//! target, backend identity and version, thread count and machine ([`machine`]), so a second
+//! partitioning of the same model (or of another model with the same layers) measures nothing,
+//! and a killed process loses only the measurement it was making.
 //!
 //! * A candidate whose backend cannot compile or run it is `invalid` (and cached as such).
 //! * A candidate of a target with no backend on this machine (the GPU targets, a library that
@@ -23,8 +24,8 @@ pub mod flush;
 pub mod machine;
 pub mod priority;
 pub mod protocol;
-pub mod setup;
 
+use crate::backend::registry::Setup;
 use crate::cost::{Cost, Estimate, Estimator, Request};
 use crate::exec::data::Weights;
 use crate::exec::executor::{self, Executable};
@@ -35,7 +36,6 @@ use crate::ruletree::Target;
 use db::{Db, Entry, Key, Opened};
 use machine::Machine;
 use protocol::Settings;
-use setup::Setup;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -471,26 +471,5 @@ impl Estimator for Measure {
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Estimate::of(Cost::UNKNOWN)))
             .collect()
-    }
-}
-
-/// A shared measuring estimator (the caller keeps a handle to read its counters).
-pub struct Shared(pub Arc<Measure>);
-
-impl Estimator for Shared {
-    fn name(&self) -> String {
-        self.0.name()
-    }
-
-    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
-        self.0.estimate(req)
-    }
-
-    fn estimate_many(
-        &self,
-        reqs: &[Request<'_, '_>],
-        progress: &dyn Fn(usize, usize),
-    ) -> Vec<Estimate> {
-        self.0.estimate_many(reqs, progress)
     }
 }

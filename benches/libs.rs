@@ -1,5 +1,5 @@
-//! The CPU backends on the kernels of the reference note's table (docs/backends.md, "Costs on
-//! this machine"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
+//! The CPU backends on the micro-benchmark kernels (docs/backends.md, "The micro-benchmark
+//! kernels"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
 //! tail E1 and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
 //! generated code), on one thread and on two.
 //!

@@ -1,5 +1,5 @@
-//! Native code generation benchmarks: the reference note's kernels as generated code, on one and
-//! two threads, and the GELU tail on the reference interpreter for comparison.
+//! Native code generation benchmarks: micro-benchmark kernels (docs/backends.md) as generated
+//! code, on one and two threads, and the GELU tail on the reference interpreter for comparison.
 //!
 //! * `gelu`: GPT-2's tanh GELU tail on 1600×3072 (`tests/fixtures/cpu-costs/e1.relay`), one
 //!   FuseOps group, one generated kernel;
@@ -12,7 +12,7 @@
 //! `collage run` compiles it. Two measurements per kernel and thread count:
 //!
 //! * `kernel`: the generated kernel alone, called on the same input and output tensors (what
-//!   the reference note's figures measure: no allocation);
+//!   the micro-benchmarks' figures measure: no allocation);
 //! * `run`: one run of `@main` through the executor, as `collage run --repeat` times it (the
 //!   result of the previous run gives its storage back, `Executable::recycle`).
 //!

@@ -14,6 +14,7 @@
 use super::measuring::{self, MeasureArgs};
 use super::partition::{Bar, Format};
 use super::Outcome;
+use crate::backend::registry::Setup;
 use crate::cost;
 use crate::diag;
 use crate::enumerate::{extract, DataflowGraph, Limits};
@@ -23,7 +24,6 @@ use crate::exec::executor::Executable;
 use crate::exec::tensor::Tensor;
 use crate::ir::Module;
 use crate::measure::protocol::{self, Settings, Timing};
-use crate::measure::setup::Setup;
 use crate::partition::Partition;
 use crate::partition::{self, Plan, Progress as _};
 use crate::ruletree::Program;
@@ -44,7 +44,7 @@ pub struct Request {
     /// Only these targets (empty: the targets that can run here; the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: String,
+    pub costs: cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.
@@ -203,7 +203,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         outputs.push(("--plot", plot));
     }
     if let Some(c) = req.measure.cache.as_deref() {
-        if cost::spec_uses_measure(&req.costs) {
+        if req.costs.uses_measure() {
             outputs.push(("--cache", c));
         }
     }
@@ -245,7 +245,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     let measurer = measuring::open(&margs, &req.costs, &program.targets)?;
     let opts = cost::SpecOptions {
         cmd_timeout: req.cmd_timeout,
-        measure: measurer.clone(),
+        measure: measurer.clone().map(|m| m as Arc<dyn cost::Estimator>),
     };
     let estimator = cost::from_spec(&req.costs, &opts).map_err(|e| {
         diag::emit_alone(diag::Diagnostic::error(
@@ -997,7 +997,7 @@ impl Report<'_> {
         self.program
             .targets
             .iter()
-            .find(|t| t.compiler.is_none() && !t.is_host && crate::measure::setup::on_cpu(t))
+            .find(|t| t.compiler.is_none() && !t.is_host && crate::backend::registry::on_cpu(t))
             .map_or("native".to_string(), |t| t.name.clone())
     }
 
@@ -1086,7 +1086,7 @@ impl Report<'_> {
             "model": self.req.model.display().to_string(),
             "seed": self.req.measure.seed,
             "threads": self.threads,
-            "costs": self.req.costs,
+            "costs": self.req.costs.as_str(),
             "targets": self.targets(),
             "partition": partition,
             "reference_ms": self.reference_ms,

@@ -5,7 +5,7 @@ use crate::dataflow::{Graph, NodeIdx};
 use crate::diag::{self, Diagnostic, Diagnostics, E0901};
 use crate::ir::Module;
 use crate::relay;
-use crate::source::{ReadError, SourceMap, Span};
+use crate::source::{ReadError, SourceMap};
 use std::path::Path;
 
 /// How a command ended.
@@ -90,7 +90,7 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source
     match crate::source::read_text(path) {
         Ok(text) => Ok(sources.add(path.display().to_string(), text)),
         Err(ReadError::NotUtf8 { text, at }) => {
-            let d = not_utf8(sources, path, text, at, crate::diag::E0101);
+            let d = diag::not_utf8(sources, path, text, at, crate::diag::E0101);
             diag::emit_stderr(&d.into(), sources);
             Err(Outcome::InputErrors)
         }
@@ -99,21 +99,6 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source
             format!("cannot read `{}`: {e}", path.display()),
         )),
     }
-}
-
-/// Registers the readable prefix of a file that is not UTF-8 and returns the diagnostic that
-/// points at its first invalid byte (shown as the replacement character).
-pub fn not_utf8(
-    sources: &mut SourceMap,
-    path: &Path,
-    text: String,
-    at: usize,
-    code: crate::diag::Code,
-) -> Diagnostic {
-    let end = (at + char::REPLACEMENT_CHARACTER.len_utf8()).min(text.len());
-    let file = sources.add(path.display().to_string(), text);
-    Diagnostic::error(code, "the file is not valid UTF-8")
-        .with_primary(Span::new(file, at, end), "invalid byte sequence here")
 }
 
 /// Loads (parses and type-checks) a model file.

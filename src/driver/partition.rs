@@ -34,7 +34,7 @@ pub struct Request {
     /// Only these targets (the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: String,
+    pub costs: cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.
@@ -108,7 +108,9 @@ pub fn partition_command(req: &Request) -> Outcome {
     let _priority = super::measuring::raise_priority(&req.measure);
     let opts = cost::SpecOptions {
         cmd_timeout: req.cmd_timeout,
-        measure: measurer.clone(),
+        measure: measurer
+            .clone()
+            .map(|m| m as std::sync::Arc<dyn cost::Estimator>),
     };
     let estimator = match cost::from_spec(&req.costs, &opts) {
         Ok(e) => e,
@@ -279,7 +281,7 @@ fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
         outputs.push(("--dot", d));
     }
     if let Some(c) = req.measure.cache.as_deref() {
-        if cost::spec_uses_measure(&req.costs) {
+        if req.costs.uses_measure() {
             outputs.push(("--cache", c));
         }
     }
@@ -294,7 +296,7 @@ pub(crate) fn check_output_paths(
     model: &std::path::Path,
     rules: &[PathBuf],
     rules_read: &[PathBuf],
-    costs: &str,
+    costs: &cost::Spec,
 ) -> Result<(), Outcome> {
     if outputs.is_empty() {
         return Ok(());
@@ -307,7 +309,7 @@ pub(crate) fn check_output_paths(
             Err(_) => vec![p.clone()],
         })
         .collect();
-    let cost_files = cost::spec_files(costs);
+    let cost_files = costs.files();
     let mut inputs: Vec<(&str, &std::path::Path)> = vec![("the model", model)];
     inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
     inputs.extend(rules_read.iter().map(|r| ("a rules file", r.as_path())));

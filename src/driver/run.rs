@@ -5,6 +5,7 @@
 use super::{load_model, main_of, out, report, Outcome};
 use crate::backend::native::grouping::FuseGrouping;
 use crate::backend::native::{compile, Config, Native, Stats};
+use crate::backend::registry;
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::exec::compare::{self, Diff, Summary};
 use crate::exec::data::Weights;
@@ -223,7 +224,7 @@ fn compile_model(
         Some(n) => {
             // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
             // missing), then generated code for the native operators.
-            let mut list = crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+            let mut list = registry::libraries_for(m, threads).map_err(|errors| {
                 let mut ds = Diagnostics::new();
                 for d in errors {
                     ds.push(d);
@@ -351,12 +352,12 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
         _ => crate::measure::dir::Place::default(),
     };
     let native = (req.backend == BackendChoice::Auto).then(|| {
-        Arc::new(Native::new(Config {
+        registry::native(Config {
             threads,
             cache_dir: place.dir().map(std::path::Path::to_path_buf),
             compiler: None,
             timeout,
-        }))
+        })
     });
     let weights = Weights::new(req.seed);
     let compile_start = Instant::now();

@@ -16,10 +16,10 @@
 //!   further distinct structures; structurally equal partitions share one global (TVM's prototype
 //!   named them by counters that depended on visiting order).
 //! * The rewritten module is type-checked, printed, parsed back and compared with the input
-//!   after inlining every partition function ([`crate::ir::inline`]).
+//!   after inlining every partition function ([`crate::partition::inline`]).
 
 use super::{PartitionError, Plan};
-use crate::cost::key::Signatures;
+use crate::enumerate::key::Signatures;
 use crate::enumerate::{extract, Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{AttrValue, Callee, Expr, Global, GlobalId, Module};
 use crate::ruletree::Program;
@@ -256,7 +256,7 @@ pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String,
                 .map_or_else(String::new, |x| x.message.clone())
         )
     })?;
-    crate::ir::inline::equal_after_inlining(original, &reparsed)
+    crate::partition::inline::equal_after_inlining(original, &reparsed)
         .map_err(|e| format!("the partitioned program differs from the input: {e}"))?;
     crate::ir::equal::constant_data_equal(original, &reparsed)
         .map_err(|e| format!("the partitioned program lost constant data: {e}"))?;

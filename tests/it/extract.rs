@@ -1,9 +1,11 @@
-//! Extraction and rewriting of sub-graphs (`collage::enumerate::extract`, collage-semantics §8).
+//! Extraction and rewriting of sub-graphs (`collage::enumerate::extract`; docs/collage.md,
+//! "Extraction and rewriting").
 //!
-//! * Section B of collage-component-tests.md (`PartitionForTesting`): each scenario's sub-graph
-//!   (with its composites, wrapped once more with `Compiler="foo"`) is rewritten in place when it
-//!   is valid under the scenario's config, and the result is compared structurally (bound
-//!   variables by position) with a hand-written expected program in `tests/fixtures/extract/`.
+//! * TVM's sub-graph tests B1-B9 (docs/collage.md; `PartitionForTesting`): each scenario's
+//!   sub-graph (with its composites, wrapped once more with `Compiler="foo"`) is rewritten in
+//!   place when it is valid under the scenario's config, and the result is compared
+//!   structurally (bound variables by position) with a hand-written expected program in
+//!   `tests/fixtures/extract/`.
 //!   Invalid runs leave the program unchanged, as in TVM; a cyclic sub-graph is an error.
 //! * Property: on random DAGs (the generator of `enumerate_props`), for random valid
 //!   sub-graphs, the rewritten program computes the same terms: symbolically evaluating it, with
@@ -242,9 +244,9 @@ fn parallel_rewrite_of_disjoint_sub_graphs() {
 // Symbolic evaluation with inlining
 
 /// Same result term and the same multiset of operator calls (by term) in both modules' main,
-/// every call of an extracted function inlined (`collage::ir::inline`).
+/// every call of an extracted function inlined (`collage::partition::inline`).
 fn term_check(original: &Module, rewritten: &Module) -> Result<(), String> {
-    collage::ir::inline::equal_after_inlining(original, rewritten)
+    collage::partition::inline::equal_after_inlining(original, rewritten)
 }
 
 /// Whether every inside node is a call, tuple, projection or constant (what extraction moves).

@@ -26,6 +26,7 @@ use crate::ffi::omp::Omp;
 use crate::ffi::openblas::{BlasError, Matrix, OpenBlas};
 use crate::ffi::LoadError;
 use crate::ir::{Callee, DType, Expr, ExprId, FuncId, Module, Type, VarId};
+use crate::ops::Op;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -297,10 +298,10 @@ fn read_composite(
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
     };
-    match def.name {
-        "nn.dense" | "add" => {
-            let (dense, bias) = if def.name == "add" {
-                let is_dense = |e: ExprId| call(e).is_some_and(|(d, _, _)| d.name == "nn.dense");
+    match def.op {
+        Op::Dense | Op::Add => {
+            let (dense, bias) = if def.op == Op::Add {
+                let is_dense = |e: ExprId| call(e).is_some_and(|(d, _, _)| d.op == Op::Dense);
                 match (is_dense(args[0]), is_dense(args[1])) {
                     (true, false) => (args[0], Some(args[1])),
                     (false, true) => (args[1], Some(args[0])),
@@ -339,7 +340,7 @@ fn read_composite(
                 k,
             })
         }
-        "nn.matmul" => {
+        Op::Matmul => {
             let (ta, tb) = (bool_attr("transpose_a"), bool_attr("transpose_b"));
             let a_s = shape_f32(m, args[0])?;
             let b_s = shape_f32(m, args[1])?;
@@ -371,7 +372,7 @@ fn read_composite(
                 k,
             })
         }
-        "nn.batch_matmul" => {
+        Op::BatchMatmul => {
             let (ta, tb) = (bool_attr("transpose_a"), bool_attr("transpose_b"));
             let a_s = shape_f32(m, args[0])?;
             let b_s = shape_f32(m, args[1])?;

@@ -14,6 +14,8 @@ use crate::exec::kernel::ConstantSource;
 use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::Alg;
 use crate::ir::{AttrValue, Callee, DType, Expr, ExprId, FuncId, Module, Type, VarId};
+use crate::ops::geom::{self, AxisError, ConvKind, PoolKind, PoolReduce, PoolWindow};
+use crate::ops::Op;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -322,8 +324,8 @@ impl Cx<'_> {
         (t.numel() == 1).then(|| t.get_f64(0))
     }
 
-    /// The operator call at `e`: its name, arguments (resolved) and the attribute lookup.
-    fn call(&self, e: ExprId) -> Option<(&'static str, Vec<ExprId>, OpAttrs<'_>)> {
+    /// The operator call at `e`: its operator, arguments (resolved) and the attribute lookup.
+    fn call(&self, e: ExprId) -> Option<(Op, Vec<ExprId>, OpAttrs<'_>)> {
         let e = self.resolve(e);
         match self.m.expr(e) {
             Expr::Call {
@@ -333,7 +335,7 @@ impl Cx<'_> {
             } => {
                 let def = crate::ops::op(*op);
                 Some((
-                    def.name,
+                    def.op,
                     args.iter().map(|&a| self.resolve(a)).collect(),
                     OpAttrs {
                         def,
@@ -347,15 +349,15 @@ impl Cx<'_> {
     }
 
     /// The arguments of a call of `op` at `e`.
-    fn args_of(&self, e: ExprId, op: &str) -> Option<Vec<ExprId>> {
+    fn args_of(&self, e: ExprId, op: Op) -> Option<Vec<ExprId>> {
         match self.call(e) {
-            Some((name, args, _)) if name == op => Some(args),
+            Some((called, args, _)) if called == op => Some(args),
             _ => None,
         }
     }
 
     /// The two operands of a commutative binary call of `op`, in both orders.
-    fn pairs(&self, e: ExprId, op: &str) -> Vec<(ExprId, ExprId)> {
+    fn pairs(&self, e: ExprId, op: Op) -> Vec<(ExprId, ExprId)> {
         match self.args_of(e, op).as_deref() {
             Some(&[a, b]) => vec![(a, b), (b, a)],
             _ => Vec::new(),
@@ -370,7 +372,7 @@ impl Cx<'_> {
         self.scalar(e).is_some_and(|v| v >= lo && v <= hi)
     }
 
-    fn unary(&self, e: ExprId, op: &str) -> Option<ExprId> {
+    fn unary(&self, e: ExprId, op: Op) -> Option<ExprId> {
         match self.args_of(e, op).as_deref() {
             Some(&[x]) => Some(x),
             _ => None,
@@ -380,19 +382,19 @@ impl Cx<'_> {
     /// GPT-2's tanh GELU: `(x · 0.5) · (tanh((x + x³ · 0.044715) · 0.797885) + 1)`, with its
     /// constants; returns x. `Err` when the shape matches but a constant does not.
     fn gelu_tanh(&self, e: ExprId) -> Result<Option<ExprId>, Reason> {
-        for (half_x, rest) in self.pairs(e, "multiply") {
-            for (x, half) in self.pairs(half_x, "multiply") {
-                for (t, one) in self.pairs(rest, "add") {
-                    let Some(u) = self.unary(t, "tanh") else {
+        for (half_x, rest) in self.pairs(e, Op::Multiply) {
+            for (x, half) in self.pairs(half_x, Op::Multiply) {
+                for (t, one) in self.pairs(rest, Op::Add) {
+                    let Some(u) = self.unary(t, Op::Tanh) else {
                         continue;
                     };
-                    for (v, s) in self.pairs(u, "multiply") {
-                        for (x2, w) in self.pairs(v, "add") {
+                    for (v, s) in self.pairs(u, Op::Multiply) {
+                        for (x2, w) in self.pairs(v, Op::Add) {
                             if !self.same(x, x2) {
                                 continue;
                             }
-                            for (pw, cubic) in self.pairs(w, "multiply") {
-                                let Some(pa) = self.args_of(pw, "power") else {
+                            for (pw, cubic) in self.pairs(w, Op::Multiply) {
+                                let Some(pa) = self.args_of(pw, Op::Power) else {
                                     continue;
                                 };
                                 if pa.len() != 2 || !self.same(pa[0], x) {
@@ -422,19 +424,19 @@ impl Cx<'_> {
     /// The erf GELU: `(x · (erf(x · 0.707107) + 1)) · 0.5` (the BERT generator) or
     /// `(x · (erf(x / 1.41421) + 1)) · 0.5` (TVM's table); returns x.
     fn gelu_erf(&self, e: ExprId) -> Result<Option<ExprId>, Reason> {
-        for (a, half) in self.pairs(e, "multiply") {
-            for (x, s) in self.pairs(a, "multiply") {
-                for (er, one) in self.pairs(s, "add") {
-                    let Some(z) = self.unary(er, "erf") else {
+        for (a, half) in self.pairs(e, Op::Multiply) {
+            for (x, s) in self.pairs(a, Op::Multiply) {
+                for (er, one) in self.pairs(s, Op::Add) {
+                    let Some(z) = self.unary(er, Op::Erf) else {
                         continue;
                     };
                     let mut scale_ok = None;
-                    for (x2, c) in self.pairs(z, "multiply") {
+                    for (x2, c) in self.pairs(z, Op::Multiply) {
                         if self.same(x2, x) {
                             scale_ok = Some(self.scalar_is(c, 0.707097, 0.707117));
                         }
                     }
-                    if let Some(d) = self.args_of(z, "divide") {
+                    if let Some(d) = self.args_of(z, Op::Divide) {
                         if d.len() == 2 && self.same(d[0], x) {
                             scale_ok = Some(self.scalar_is(d[1], 1.414193, 1.414234));
                         }
@@ -458,8 +460,8 @@ impl Cx<'_> {
 
     /// `x · sigmoid(x)`; returns x.
     fn swish(&self, e: ExprId) -> Option<ExprId> {
-        self.pairs(e, "multiply").into_iter().find_map(|(x, s)| {
-            self.unary(s, "sigmoid")
+        self.pairs(e, Op::Multiply).into_iter().find_map(|(x, s)| {
+            self.unary(s, Op::Sigmoid)
                 .filter(|&y| self.same(x, y))
                 .map(|_| x)
         })
@@ -467,15 +469,15 @@ impl Cx<'_> {
 
     /// `x · tanh(log(exp(x) + 1))`; returns x.
     fn mish(&self, e: ExprId) -> Result<Option<ExprId>, Reason> {
-        for (x, t) in self.pairs(e, "multiply") {
-            let Some(l) = self.unary(t, "tanh") else {
+        for (x, t) in self.pairs(e, Op::Multiply) {
+            let Some(l) = self.unary(t, Op::Tanh) else {
                 continue;
             };
-            let Some(a) = self.unary(l, "log") else {
+            let Some(a) = self.unary(l, Op::Log) else {
                 continue;
             };
-            for (ex, c) in self.pairs(a, "add") {
-                if self.unary(ex, "exp").is_some_and(|y| self.same(x, y)) {
+            for (ex, c) in self.pairs(a, Op::Add) {
+                if self.unary(ex, Op::Exp).is_some_and(|y| self.same(x, y)) {
                     return if self.scalar_is(c, 1.0, 1.0) {
                         Ok(Some(x))
                     } else {
@@ -489,8 +491,8 @@ impl Cx<'_> {
 
     /// A `mean` over the last axis of `x`, keeping it.
     fn last_axis_mean(&self, e: ExprId) -> Option<ExprId> {
-        let (name, args, at) = self.call(e)?;
-        if name != "mean" || args.len() != 1 {
+        let (op, args, at) = self.call(e)?;
+        if op != Op::Mean || args.len() != 1 {
             return None;
         }
         let rank = f32_dims(self.m, args[0]).ok()?.len() as i64;
@@ -505,27 +507,27 @@ impl Cx<'_> {
     /// the last axis; returns (x, γ, β, ε).
     #[allow(clippy::type_complexity)]
     fn decomposed_ln(&self, e: ExprId) -> Option<(ExprId, ExprId, ExprId, f64)> {
-        for (scaled, beta) in self.pairs(e, "add") {
-            for (norm, gamma) in self.pairs(scaled, "multiply") {
-                let Some(d) = self.args_of(norm, "divide") else {
+        for (scaled, beta) in self.pairs(e, Op::Add) {
+            for (norm, gamma) in self.pairs(scaled, Op::Multiply) {
+                let Some(d) = self.args_of(norm, Op::Divide) else {
                     continue;
                 };
                 let [centred, root] = d[..] else { continue };
-                let Some(s) = self.args_of(centred, "subtract") else {
+                let Some(s) = self.args_of(centred, Op::Subtract) else {
                     continue;
                 };
                 let [x, mu] = s[..] else { continue };
                 if !self.last_axis_mean(mu).is_some_and(|y| self.same(x, y)) {
                     continue;
                 }
-                let Some(inner) = self.unary(root, "sqrt") else {
+                let Some(inner) = self.unary(root, Op::Sqrt) else {
                     continue;
                 };
-                for (var, eps) in self.pairs(inner, "add") {
+                for (var, eps) in self.pairs(inner, Op::Add) {
                     let Some(sq) = self.last_axis_mean(var) else {
                         continue;
                     };
-                    let Some(p) = self.args_of(sq, "power") else {
+                    let Some(p) = self.args_of(sq, Op::Power) else {
                         continue;
                     };
                     if p.len() == 2 && self.same(p[0], centred) && self.scalar_is(p[1], 2.0, 2.0) {
@@ -577,56 +579,37 @@ impl OpAttrs<'_> {
 
 /// One value per spatial axis from a 1- or n-value attribute.
 fn per_axis(v: &[i64], n: usize, what: &str) -> Result<Vec<i64>, Reason> {
-    match v.len() {
-        1 => Ok(vec![v[0]; n]),
-        l if l == n => Ok(v.to_vec()),
-        l => Err(format!("{what} has {l} values for {n} spatial axes")),
-    }
+    geom::per_axis(v, n, false).map_err(|_| {
+        let l = v.len();
+        format!("{what} has {l} values for {n} spatial axes")
+    })
 }
 
 /// TVM's padding: 1 value, one per axis (both sides), or `[before..., after...]`.
 fn padding(v: &[i64], n: usize) -> Result<(Vec<i64>, Vec<i64>), Reason> {
-    if v.iter().any(|&p| p < 0) {
-        return Err(format!("negative padding {v:?}"));
-    }
-    match v.len() {
-        1 => Ok((vec![v[0]; n], vec![v[0]; n])),
-        l if l == n => Ok((v.to_vec(), v.to_vec())),
-        l if l == 2 * n => Ok((v[..n].to_vec(), v[n..].to_vec())),
-        l => Err(format!("padding has {l} values for {n} spatial axes")),
-    }
+    geom::padding(v, n).map_err(|e| match e {
+        AxisError::Value(_) => format!("negative padding {v:?}"),
+        AxisError::Count(l) => format!("padding has {l} values for {n} spatial axes"),
+    })
 }
-
-const DATA_LAYOUTS: [&str; 3] = ["NCW", "NCHW", "NCDHW"];
-const KERNEL_LAYOUTS: [&str; 3] = ["OIW", "OIHW", "OIDHW"];
-const KERNEL_T_LAYOUTS: [&str; 3] = ["IOW", "IOHW", "IODHW"];
 
 fn conv(
     cx: &Cx<'_>,
-    name: &str,
+    kind: ConvKind,
     e: ExprId,
     args: &[ExprId],
     at: &OpAttrs<'_>,
 ) -> Result<Anchor, Reason> {
-    let (nd, transposed) = match name {
-        "nn.conv1d" => (1, false),
-        "nn.conv2d" => (2, false),
-        "nn.conv3d" => (3, false),
-        "nn.conv2d_transpose" => (2, true),
-        _ => (3, true),
-    };
+    let name = at.def.name;
+    let (nd, transposed) = (kind.spatial, kind.transposed);
     let data_layout = at.str("data_layout");
     let kernel_layout = at.str("kernel_layout");
-    let want_kernel = if transposed {
-        KERNEL_T_LAYOUTS[nd - 1]
-    } else {
-        KERNEL_LAYOUTS[nd - 1]
-    };
-    if data_layout != DATA_LAYOUTS[nd - 1] || kernel_layout != want_kernel {
+    let want_kernel = kind.kernel_canon();
+    if data_layout != kind.data_canon() || kernel_layout != want_kernel {
         return Err(format!(
             "`{name}` with data layout {data_layout} and kernel layout {kernel_layout} \
              (the backend takes {} and {want_kernel})",
-            DATA_LAYOUTS[nd - 1]
+            kind.data_canon()
         ));
     }
     let out_layout = at.str("out_layout");
@@ -668,11 +651,12 @@ fn conv(
 
 fn pool(
     cx: &Cx<'_>,
-    name: &str,
+    kind: PoolKind,
     e: ExprId,
     args: &[ExprId],
     at: &OpAttrs<'_>,
 ) -> Result<Anchor, Reason> {
+    let name = at.def.name;
     if at.str("layout") != "NCHW" || !at.str("out_layout").is_empty() {
         return Err(format!(
             "`{name}` in layout {} (the backend takes NCHW)",
@@ -682,8 +666,8 @@ fn pool(
     let in_shape = f32_dims(cx.m, args[0])?;
     let out_shape = f32_dims(cx.m, e)?;
     let data = cx.must_operand(args[0], "pooling's data")?;
-    if name.starts_with("nn.global_") {
-        let alg = if name == "nn.global_avg_pool2d" {
+    if kind.window == PoolWindow::Global {
+        let alg = if kind.reduce == PoolReduce::Avg {
             Alg::POOLING_AVG_EXCLUDE_PADDING
         } else {
             Alg::POOLING_MAX
@@ -711,7 +695,7 @@ fn pool(
     let (pad_l, pad_r) = padding(&at.ints("padding")?, 2)?;
     // Windows made of padding only: oneDNN writes the lowest finite float for max pooling, as
     // TVM and the interpreter do (average pooling with them is rejected by oneDNN itself).
-    let alg = if name == "nn.max_pool2d" {
+    let alg = if kind.reduce == PoolReduce::Max {
         Alg::POOLING_MAX
     } else if at.bool("count_include_pad", false) {
         Alg::POOLING_AVG_INCLUDE_PADDING
@@ -745,7 +729,7 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
     if let Expr::Proj { tuple, index } = m.expr(cx.resolve(e)) {
         let t = cx.resolve(*tuple);
         return match cx.call(t) {
-            Some(("nn.batch_norm", args, at)) if *index == 0 && args.len() == 5 => {
+            Some((Op::BatchNorm, args, at)) if *index == 0 && args.len() == 5 => {
                 let Some(data) = cx.operand(args[0])? else {
                     return Ok(None);
                 };
@@ -768,20 +752,26 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
             _ => Err("a tuple projection other than a batch norm's result".into()),
         };
     }
-    let Some((name, args, at)) = cx.call(e) else {
+    let Some((op, args, at)) = cx.call(e) else {
         return Ok(None);
     };
-    Ok(Some(match name {
-        "nn.conv1d" | "nn.conv2d" | "nn.conv3d" | "nn.conv2d_transpose" | "nn.conv3d_transpose" => {
-            conv(cx, name, e, &args, &at)?
-        }
-        "nn.dense" => Anchor::Dense {
+    if let Some(kind) = op.conv_kind() {
+        return conv(cx, kind, e, &args, &at).map(Some);
+    }
+    if let Some(kind) = op
+        .pool_kind()
+        .filter(|k| k.spatial == 2 && k.window != PoolWindow::Adaptive)
+    {
+        return pool(cx, kind, e, &args, &at).map(Some);
+    }
+    Ok(Some(match op {
+        Op::Dense => Anchor::Dense {
             data: cx.must_operand(args[0], "dense layer's data")?,
             weight: cx.must_operand(args[1], "dense layer's weight")?,
             data_shape: f32_dims(m, args[0])?,
             weight_shape: f32_dims(m, args[1])?,
         },
-        "nn.batch_matmul" => {
+        Op::BatchMatmul => {
             let a_shape = f32_dims(m, args[0])?;
             let b_shape = f32_dims(m, args[1])?;
             if a_shape.len() != 3 || b_shape.len() != 3 {
@@ -797,7 +787,7 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
                 out_shape: f32_dims(m, e)?,
             }
         }
-        "nn.layer_norm" => {
+        Op::LayerNorm => {
             let shape = f32_dims(m, args[0])?;
             let axis = at.get("axis").as_int().unwrap_or(-1);
             if axis != -1 && axis != shape.len() as i64 - 1 {
@@ -821,7 +811,7 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
                 shape,
             }
         }
-        "nn.softmax" => {
+        Op::Softmax => {
             let shape = f32_dims(m, args[0])?;
             let r = shape.len() as i64;
             let axis = at.get("axis").as_int().unwrap_or(-1);
@@ -834,33 +824,30 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
                 shape,
             }
         }
-        "nn.max_pool2d" | "nn.avg_pool2d" | "nn.global_avg_pool2d" | "nn.global_max_pool2d" => {
-            pool(cx, name, e, &args, &at)?
-        }
         _ => return Ok(None),
     }))
 }
 
-fn binary_alg(name: &str) -> Option<Alg> {
-    Some(match name {
-        "add" => Alg::BINARY_ADD,
-        "multiply" => Alg::BINARY_MUL,
-        "subtract" => Alg::BINARY_SUB,
-        "divide" => Alg::BINARY_DIV,
-        "maximum" => Alg::BINARY_MAX,
-        "minimum" => Alg::BINARY_MIN,
+fn binary_alg(op: Op) -> Option<Alg> {
+    Some(match op {
+        Op::Add => Alg::BINARY_ADD,
+        Op::Multiply => Alg::BINARY_MUL,
+        Op::Subtract => Alg::BINARY_SUB,
+        Op::Divide => Alg::BINARY_DIV,
+        Op::Maximum => Alg::BINARY_MAX,
+        Op::Minimum => Alg::BINARY_MIN,
         _ => return None,
     })
 }
 
-fn eltwise_alg(name: &str) -> Option<Alg> {
-    Some(match name {
-        "nn.relu" => Alg::RELU,
-        "tanh" => Alg::TANH,
-        "sigmoid" => Alg::LOGISTIC,
-        "exp" => Alg::EXP,
-        "sqrt" => Alg::SQRT,
-        "abs" => Alg::ABS,
+fn eltwise_alg(op: Op) -> Option<Alg> {
+    Some(match op {
+        Op::Relu => Alg::RELU,
+        Op::Tanh => Alg::TANH,
+        Op::Sigmoid => Alg::LOGISTIC,
+        Op::Exp => Alg::EXP,
+        Op::Sqrt => Alg::SQRT,
+        Op::Abs => Alg::ABS,
         _ => return None,
     })
 }
@@ -905,127 +892,7 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
         f32_dims(m, m.var(p).expr)?;
     }
     let out_shape = f32_dims(m, func.body)?;
-    // Peel post-ops from the result down to the anchor.
-    let mut e = cx.resolve(func.body);
-    let mut raws: Vec<(Raw, Vec<usize>)> = Vec::new();
-    let bottom: Result<Anchor, Operand> = loop {
-        if let Some(o) = cx.operand(e)? {
-            break Err(o);
-        }
-        if let Some(a) = anchor(&cx, e)? {
-            break Ok(a);
-        }
-        let chain_shape = |x: ExprId| f32_dims(m, x);
-        if let Some(x) = cx.gelu_tanh(e)? {
-            raws.push((Raw::Elt(Alg::GELU_TANH, 0.0, 0.0), chain_shape(x)?));
-            e = cx.resolve(x);
-            continue;
-        }
-        if let Some(x) = cx.gelu_erf(e)? {
-            raws.push((Raw::Elt(Alg::GELU_ERF, 0.0, 0.0), chain_shape(x)?));
-            e = cx.resolve(x);
-            continue;
-        }
-        if let Some(x) = cx.mish(e)? {
-            raws.push((Raw::Elt(Alg::MISH, 0.0, 0.0), chain_shape(x)?));
-            e = cx.resolve(x);
-            continue;
-        }
-        if let Some(x) = cx.swish(e) {
-            raws.push((Raw::Elt(Alg::SWISH, 1.0, 0.0), chain_shape(x)?));
-            e = cx.resolve(x);
-            continue;
-        }
-        if let Expr::Proj { tuple, index: 0 } = m.expr(e) {
-            if let Some(("nn.batch_norm", args, at)) = cx.call(*tuple) {
-                if args.len() == 5 {
-                    raws.push((
-                        Raw::Bn {
-                            gamma: cx.must_operand(args[1], "batch norm's γ")?,
-                            beta: cx.must_operand(args[2], "batch norm's β")?,
-                            mean: cx.must_operand(args[3], "batch norm's mean")?,
-                            var: cx.must_operand(args[4], "batch norm's variance")?,
-                            eps: at.float("epsilon")?,
-                            center: at.bool("center", true),
-                            scale: at.bool("scale", true),
-                        },
-                        chain_shape(args[0])?,
-                    ));
-                    if at.get("axis").as_int() != Some(1) {
-                        return Err("a batch norm not over the channel axis".into());
-                    }
-                    e = args[0];
-                    continue;
-                }
-            }
-        }
-        let Some((op, args, at)) = cx.call(e) else {
-            return Err(format!("a {} inside the composite", m.expr(e).kind_name()));
-        };
-        if let Some(alg) = eltwise_alg(op) {
-            raws.push((Raw::Elt(alg, 0.0, 0.0), chain_shape(args[0])?));
-            e = args[0];
-            continue;
-        }
-        match op {
-            "clip" => {
-                let (lo, hi) = (at.float("a_min")?, at.float("a_max")?);
-                raws.push((
-                    Raw::Elt(Alg::CLIP, lo as f32, hi as f32),
-                    chain_shape(args[0])?,
-                ));
-                e = args[0];
-                continue;
-            }
-            "nn.leaky_relu" => {
-                let alpha = at.float("alpha")?;
-                raws.push((
-                    Raw::Elt(Alg::RELU, alpha as f32, 0.0),
-                    chain_shape(args[0])?,
-                ));
-                e = args[0];
-                continue;
-            }
-            "reshape" => {
-                raws.push((Raw::Reshape, chain_shape(args[0])?));
-                e = args[0];
-                continue;
-            }
-            _ => {}
-        }
-        if let (Some(alg), [a, b]) = (binary_alg(op), args.as_slice()) {
-            let (oa, ob) = (cx.operand(*a)?, cx.operand(*b)?);
-            let commutative = matches!(op, "add" | "multiply" | "maximum" | "minimum");
-            match (oa, ob) {
-                (Some(oa), Some(ob)) => {
-                    break Ok(Anchor::Binary {
-                        alg,
-                        a: oa,
-                        b: ob,
-                        a_shape: f32_dims(m, *a)?,
-                        b_shape: f32_dims(m, *b)?,
-                        out_shape: f32_dims(m, e)?,
-                    })
-                }
-                (None, Some(ob)) => {
-                    raws.push((Raw::Bin(alg, ob, f32_dims(m, *b)?), chain_shape(*a)?));
-                    e = *a;
-                    continue;
-                }
-                (Some(oa), None) if commutative => {
-                    raws.push((Raw::Bin(alg, oa, f32_dims(m, *a)?), chain_shape(*b)?));
-                    e = *b;
-                    continue;
-                }
-                _ => {
-                    return Err(format!(
-                        "`{op}` of two values computed inside the composite"
-                    ))
-                }
-            }
-        }
-        return Err(format!("operator `{op}` has no oneDNN mapping here"));
-    };
+    let (bottom, mut raws) = peel(&cx, func.body)?;
     raws.reverse();
     let mut raws = raws.into_iter();
     // An operand at the bottom: the first post-op becomes an eltwise anchor.
@@ -1042,7 +909,145 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
             _ => return Err("a composite without a primitive to run".into()),
         },
     };
-    let anchor_shape = match &anchor {
+    let anchor_shape = anchor_shape(&anchor);
+    let posts = posts(&anchor, &anchor_shape, raws)?;
+    Ok(Composite {
+        anchor,
+        posts,
+        anchor_shape,
+        out_shape,
+    })
+}
+
+/// Post-ops peeled off the composite's result, outermost first, each with the shape of the
+/// value it applies to.
+type Peeled = Vec<(Raw, Vec<usize>)>;
+
+/// Peels post-ops from the result `body` down to the anchor (`Ok`), or down to an operand
+/// (`Err`) when there is no anchor primitive.
+#[allow(clippy::type_complexity)]
+fn peel(cx: &Cx<'_>, body: ExprId) -> Result<(Result<Anchor, Operand>, Peeled), Reason> {
+    let m = cx.m;
+    let mut e = cx.resolve(body);
+    let mut raws: Peeled = Vec::new();
+    loop {
+        if let Some(o) = cx.operand(e)? {
+            return Ok((Err(o), raws));
+        }
+        if let Some(a) = anchor(cx, e)? {
+            return Ok((Ok(a), raws));
+        }
+        if let Some((raw, x)) = activation_chain(cx, e)? {
+            raws.push((raw, f32_dims(m, x)?));
+            e = cx.resolve(x);
+            continue;
+        }
+        if let Some(x) = batch_norm_post(cx, e, &mut raws)? {
+            e = x;
+            continue;
+        }
+        match call_post(cx, e, &mut raws)? {
+            Ok(x) => e = x,
+            Err(a) => return Ok((Ok(a), raws)),
+        }
+    }
+}
+
+/// The GELU, mish and swish chains at `e`: the eltwise post-op and the chain's input.
+fn activation_chain(cx: &Cx<'_>, e: ExprId) -> Result<Option<(Raw, ExprId)>, Reason> {
+    if let Some(x) = cx.gelu_tanh(e)? {
+        return Ok(Some((Raw::Elt(Alg::GELU_TANH, 0.0, 0.0), x)));
+    }
+    if let Some(x) = cx.gelu_erf(e)? {
+        return Ok(Some((Raw::Elt(Alg::GELU_ERF, 0.0, 0.0), x)));
+    }
+    if let Some(x) = cx.mish(e)? {
+        return Ok(Some((Raw::Elt(Alg::MISH, 0.0, 0.0), x)));
+    }
+    Ok(cx.swish(e).map(|x| (Raw::Elt(Alg::SWISH, 1.0, 0.0), x)))
+}
+
+/// A batch norm's first result at `e` as a post-op; returns the batch norm's data.
+fn batch_norm_post(cx: &Cx<'_>, e: ExprId, raws: &mut Peeled) -> Result<Option<ExprId>, Reason> {
+    let Expr::Proj { tuple, index: 0 } = cx.m.expr(e) else {
+        return Ok(None);
+    };
+    let Some((Op::BatchNorm, args, at)) = cx.call(*tuple) else {
+        return Ok(None);
+    };
+    if args.len() != 5 {
+        return Ok(None);
+    }
+    raws.push((
+        Raw::Bn {
+            gamma: cx.must_operand(args[1], "batch norm's γ")?,
+            beta: cx.must_operand(args[2], "batch norm's β")?,
+            mean: cx.must_operand(args[3], "batch norm's mean")?,
+            var: cx.must_operand(args[4], "batch norm's variance")?,
+            eps: at.float("epsilon")?,
+            center: at.bool("center", true),
+            scale: at.bool("scale", true),
+        },
+        f32_dims(cx.m, args[0])?,
+    ));
+    if at.get("axis").as_int() != Some(1) {
+        return Err("a batch norm not over the channel axis".into());
+    }
+    Ok(Some(args[0]))
+}
+
+/// The operator call at `e` as a post-op (pushed; returns its input), or, for a binary
+/// operation of two operands, the anchor.
+fn call_post(cx: &Cx<'_>, e: ExprId, raws: &mut Peeled) -> Result<Result<ExprId, Anchor>, Reason> {
+    let m = cx.m;
+    let Some((op, args, at)) = cx.call(e) else {
+        return Err(format!("a {} inside the composite", m.expr(e).kind_name()));
+    };
+    let raw = match op {
+        _ if eltwise_alg(op).is_some() => eltwise_alg(op).map(|alg| Raw::Elt(alg, 0.0, 0.0)),
+        Op::Clip => {
+            let (lo, hi) = (at.float("a_min")?, at.float("a_max")?);
+            Some(Raw::Elt(Alg::CLIP, lo as f32, hi as f32))
+        }
+        Op::LeakyRelu => Some(Raw::Elt(Alg::RELU, at.float("alpha")? as f32, 0.0)),
+        Op::Reshape => Some(Raw::Reshape),
+        _ => None,
+    };
+    if let Some(raw) = raw {
+        raws.push((raw, f32_dims(m, args[0])?));
+        return Ok(Ok(args[0]));
+    }
+    let name = at.def.name;
+    let (Some(alg), [a, b]) = (binary_alg(op), args.as_slice()) else {
+        return Err(format!("operator `{name}` has no oneDNN mapping here"));
+    };
+    let commutative = matches!(op, Op::Add | Op::Multiply | Op::Maximum | Op::Minimum);
+    match (cx.operand(*a)?, cx.operand(*b)?) {
+        (Some(oa), Some(ob)) => Ok(Err(Anchor::Binary {
+            alg,
+            a: oa,
+            b: ob,
+            a_shape: f32_dims(m, *a)?,
+            b_shape: f32_dims(m, *b)?,
+            out_shape: f32_dims(m, e)?,
+        })),
+        (None, Some(ob)) => {
+            raws.push((Raw::Bin(alg, ob, f32_dims(m, *b)?), f32_dims(m, *a)?));
+            Ok(Ok(*a))
+        }
+        (Some(oa), None) if commutative => {
+            raws.push((Raw::Bin(alg, oa, f32_dims(m, *a)?), f32_dims(m, *b)?));
+            Ok(Ok(*b))
+        }
+        _ => Err(format!(
+            "`{name}` of two values computed inside the composite"
+        )),
+    }
+}
+
+/// The shape of the anchor's result in Relay's terms.
+fn anchor_shape(anchor: &Anchor) -> Vec<usize> {
+    match anchor {
         Anchor::Conv(c) => c.out_shape.clone(),
         Anchor::Dense {
             data_shape,
@@ -1062,8 +1067,16 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
         | Anchor::LayerNorm { shape, .. }
         | Anchor::Softmax { shape, .. }
         | Anchor::Eltwise { shape, .. } => shape.clone(),
-    };
-    let bias_axis = match &anchor {
+    }
+}
+
+/// Classifies the peeled post-ops (innermost first) into oneDNN's post-ops.
+fn posts(
+    anchor: &Anchor,
+    anchor_shape: &[usize],
+    raws: impl Iterator<Item = (Raw, Vec<usize>)>,
+) -> Result<Vec<Post>, Reason> {
+    let bias_axis = match anchor {
         Anchor::Conv(_) => Some(1),
         Anchor::Dense { .. } | Anchor::BatchMatmul { .. } => Some(anchor_shape.len() - 1),
         _ => None,
@@ -1087,7 +1100,7 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
                 center,
                 scale,
             } => {
-                let conv_ok = matches!(&anchor, Anchor::Conv(c) if !c.transposed);
+                let conv_ok = matches!(anchor, Anchor::Conv(c) if !c.transposed);
                 if !first || !conv_ok {
                     return Err("a batch norm that does not directly follow a convolution".into());
                 }
@@ -1111,7 +1124,7 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
                 if in_shape != anchor_shape {
                     return Err("a post-op on a value of another shape than the primitive's".into());
                 }
-                let al = aligned(&shape, &anchor_shape).ok_or_else(|| {
+                let al = aligned(&shape, anchor_shape).ok_or_else(|| {
                     format!("a {shape:?} operand that does not broadcast to {anchor_shape:?}")
                 })?;
                 let per_channel = bias_axis.is_some_and(|ax| {
@@ -1133,10 +1146,5 @@ pub fn read(m: &Module, f: FuncId, consts: &dyn ConstantSource) -> Result<Compos
             }
         }
     }
-    Ok(Composite {
-        anchor,
-        posts,
-        anchor_shape,
-        out_shape,
-    })
+    Ok(posts)
 }

@@ -21,8 +21,9 @@
 use crate::exec::kernel::{ConstantSource, Unit, Unsupported};
 use crate::exec::tensor::{is_f32_family, is_i64_family, Shape, Tensor};
 use crate::ir::{AttrValue, Attrs, Callee, Constant, DType, DTypeCode, Expr, ExprId, Module, Type};
+use crate::ops::geom::{self, AxisError, PoolReduce, PoolWindow};
 use crate::ops::layout::Layout;
-use crate::ops::OpDef;
+use crate::ops::{Op, OpDef};
 use crate::source::Span;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -723,103 +724,198 @@ impl OpCx<'_, '_> {
         self.push(NOp::Reshape(n), dims, d)
     }
 
+    /// Result `i` of the call.
+    fn out(&self, outs: &[Shape], i: usize) -> Result<Shape, Unsupported> {
+        outs.get(i)
+            .cloned()
+            .ok_or_else(|| self.err(format!("`{}` lacks a result", self.def.name)))
+    }
+
+    /// Lowers the call: one arm per operator, by family.
     fn lower(&mut self, args: &[Val], outs: &[Shape]) -> Result<Val, Unsupported> {
-        let name = self.def.name;
-        let out = |i: usize| -> Result<Shape, Unsupported> {
-            outs.get(i)
-                .cloned()
-                .ok_or_else(|| unsupported(format!("`{name}` lacks a result"), self.span))
-        };
-        // Identity operators (the argument may be a tuple).
-        if matches!(name, "copy" | "on_device" | "device_copy") {
-            return args
+        let op = self.def.op;
+        match op {
+            // Identity operators (the argument may be a tuple).
+            Op::Copy | Op::OnDevice | Op::DeviceCopy => args
                 .first()
                 .cloned()
-                .ok_or_else(|| self.err(format!("`{name}` lacks its argument")));
-        }
-        if let Some(u) = unary(name) {
-            let a = self.arg(args, 0)?;
-            let o = out(0)?;
-            let float_only = !matches!(u, Un::Abs | Un::Neg | Un::Relu);
-            match class(self.node(a).dtype) {
-                Class::F => {}
-                Class::I if !float_only && is_i64_family(self.node(a).dtype) => {}
-                _ => {
-                    return Err(self.err(format!(
-                        "`{name}` on `{}` tensors is not supported by native code generation",
-                        self.node(a).dtype
-                    )))
-                }
+                .ok_or_else(|| self.err(format!("`{}` lacks its argument", self.def.name))),
+            Op::Sqrt
+            | Op::Rsqrt
+            | Op::Erf
+            | Op::Exp
+            | Op::Log
+            | Op::Sigmoid
+            | Op::Tanh
+            | Op::Floor
+            | Op::Ceil
+            | Op::Round
+            | Op::Abs
+            | Op::Negative
+            | Op::Relu
+            | Op::Add
+            | Op::Subtract
+            | Op::Multiply
+            | Op::Divide
+            | Op::Power
+            | Op::Maximum
+            | Op::Minimum
+            | Op::Less
+            | Op::Greater
+            | Op::Equal
+            | Op::LessEqual
+            | Op::GreaterEqual
+            | Op::NotEqual
+            | Op::Clip
+            | Op::LeakyRelu
+            | Op::Cast
+            | Op::Where => self.elementwise(op, args, self.out(outs, 0)?),
+            Op::Reshape
+            | Op::ExpandDims
+            | Op::Squeeze
+            | Op::BroadcastTo
+            | Op::Transpose
+            | Op::LayoutTransform
+            | Op::Concatenate
+            | Op::Take
+            | Op::Pad => self.injective(op, args, self.out(outs, 0)?),
+            Op::Split => self.split(args, outs),
+            Op::Sum | Op::Mean | Op::Max | Op::Min => self.reduce(op, args, self.out(outs, 0)?),
+            Op::Softmax | Op::LogSoftmax => self.softmax(op, args, self.out(outs, 0)?),
+            Op::LayerNorm => self.layer_norm(args, self.out(outs, 0)?),
+            Op::BatchNorm => self.batch_norm(args, self.out(outs, 0)?),
+            Op::BiasAdd => self.bias_add(args, self.out(outs, 0)?),
+            Op::Dense => self.dense(args, self.out(outs, 0)?),
+            Op::BatchMatmul => self.batch_matmul(args, self.out(outs, 0)?),
+            Op::Conv2d => self.conv2d(args, self.out(outs, 0)?),
+            Op::MaxPool2d | Op::AvgPool2d | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                self.pool(args, self.out(outs, 0)?)
             }
-            return Ok(Val::T(self.push(NOp::Un(u, a), o.dims, o.dtype)));
+            Op::Sin
+            | Op::Cos
+            | Op::Atan
+            | Op::FastErf
+            | Op::FastExp
+            | Op::FastTanh
+            | Op::ZerosLike
+            | Op::OnesLike
+            | Op::CastLike
+            | Op::Full
+            | Op::Zeros
+            | Op::Ones
+            | Op::Matmul
+            | Op::Prelu
+            | Op::FastSoftmax
+            | Op::BatchFlatten
+            | Op::Upsampling
+            | Op::Upsampling3d
+            | Op::InstanceNorm
+            | Op::GroupNorm
+            | Op::Dropout
+            | Op::Conv1d
+            | Op::Conv3d
+            | Op::Conv2dTranspose
+            | Op::Conv3dTranspose
+            | Op::Conv2dBackwardWeight
+            | Op::MaxPool3d
+            | Op::AvgPool3d
+            | Op::AdaptiveAvgPool2d
+            | Op::AdaptiveMaxPool2d
+            | Op::Tile
+            | Op::Resize1d
+            | Op::Resize2d
+            | Op::Stack
+            | Op::StridedSlice
+            | Op::Prod
+            | Op::Variance
+            | Op::Argmax
+            | Op::Argmin
+            | Op::QnnConv2d
+            | Op::QnnDense
+            | Op::QnnRequantize
+            | Op::QnnAdd
+            | Op::Custom => Err(self.err(format!(
+                "native code generation does not implement `{}`",
+                self.def.name
+            ))),
         }
-        if let Some(bop) = binary(name) {
+    }
+
+    /// An error unless the class of dtype `d` is one the operator computes on.
+    fn require_class(&self, d: DType, ok: bool) -> Result<(), Unsupported> {
+        if ok {
+            return Ok(());
+        }
+        Err(self.err(format!(
+            "`{}` on `{d}` tensors is not supported by native code generation",
+            self.def.name
+        )))
+    }
+
+    /// Elementwise and broadcasting operators: one map node.
+    fn elementwise(&mut self, op: Op, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let node = if let Some(u) = unary(op) {
+            let a = self.arg(args, 0)?;
+            let float_only = !matches!(u, Un::Abs | Un::Neg | Un::Relu);
+            let d = self.node(a).dtype;
+            let ok = match class(d) {
+                Class::F => true,
+                Class::I => !float_only && is_i64_family(d),
+                _ => false,
+            };
+            self.require_class(d, ok)?;
+            NOp::Un(u, a)
+        } else if let Some(bop) = binary(op) {
             let (a, b) = (self.arg(args, 0)?, self.arg(args, 1)?);
-            let o = out(0)?;
             let d = self.node(a).dtype;
             let ok = match class(d) {
                 Class::F => true,
                 Class::I => is_i64_family(d) && bop != Bin::Pow,
                 _ => false,
             };
-            if !ok {
-                return Err(self.err(format!(
-                    "`{name}` on `{d}` tensors is not supported by native code generation"
-                )));
-            }
-            return Ok(Val::T(self.push(NOp::Bin(bop, a, b), o.dims, o.dtype)));
-        }
-        if let Some(c) = compare(name) {
+            self.require_class(d, ok)?;
+            NOp::Bin(bop, a, b)
+        } else if let Some(c) = compare(op) {
             let (a, b) = (self.arg(args, 0)?, self.arg(args, 1)?);
-            let o = out(0)?;
             let d = self.node(a).dtype;
-            let ok = class(d) == Class::F || is_i64_family(d) || d == DType::BOOL;
-            if !ok {
-                return Err(self.err(format!(
-                    "`{name}` on `{d}` tensors is not supported by native code generation"
-                )));
-            }
-            return Ok(Val::T(self.push(NOp::Cmp(c, a, b), o.dims, o.dtype)));
-        }
-        match name {
-            "clip" => {
-                let a = self.arg(args, 0)?;
-                self.require_float(&[a])?;
-                let (lo, hi) = (self.float("a_min")?, self.float("a_max")?);
-                let o = out(0)?;
-                Ok(Val::T(self.push(
-                    NOp::Clip(a, lo as f32 as f64, hi as f32 as f64),
-                    o.dims,
-                    o.dtype,
-                )))
-            }
-            "nn.leaky_relu" => {
-                let a = self.arg(args, 0)?;
-                self.require_float(&[a])?;
-                let alpha = self.float("alpha")? as f32 as f64;
-                let o = out(0)?;
-                Ok(Val::T(self.push(NOp::LeakyRelu(a, alpha), o.dims, o.dtype)))
-            }
-            // One operand, the result's shape and dtype as inferred.
-            "cast" | "reshape" | "expand_dims" | "squeeze" | "broadcast_to" => {
-                let a = self.arg(args, 0)?;
-                let o = out(0)?;
-                let op = match name {
-                    "cast" => NOp::Cast(a),
-                    "broadcast_to" => NOp::Broadcast(a),
-                    _ => NOp::Reshape(a),
-                };
-                Ok(Val::T(self.push(op, o.dims, o.dtype)))
-            }
-            "where" => {
-                let (c, x, y) = (self.arg(args, 0)?, self.arg(args, 1)?, self.arg(args, 2)?);
-                let o = out(0)?;
-                if self.node(x).dtype != self.node(y).dtype {
-                    return Err(self.err("`where` with branches of different dtypes"));
+            self.require_class(
+                d,
+                class(d) == Class::F || is_i64_family(d) || d == DType::BOOL,
+            )?;
+            NOp::Cmp(c, a, b)
+        } else {
+            match op {
+                Op::Clip => {
+                    let a = self.arg(args, 0)?;
+                    self.require_float(&[a])?;
+                    let (lo, hi) = (self.float("a_min")?, self.float("a_max")?);
+                    NOp::Clip(a, lo as f32 as f64, hi as f32 as f64)
                 }
-                Ok(Val::T(self.push(NOp::Where(c, x, y), o.dims, o.dtype)))
+                Op::LeakyRelu => {
+                    let a = self.arg(args, 0)?;
+                    self.require_float(&[a])?;
+                    NOp::LeakyRelu(a, self.float("alpha")? as f32 as f64)
+                }
+                Op::Cast => NOp::Cast(self.arg(args, 0)?),
+                _ => {
+                    let (c, x, y) = (self.arg(args, 0)?, self.arg(args, 1)?, self.arg(args, 2)?);
+                    if self.node(x).dtype != self.node(y).dtype {
+                        return Err(self.err("`where` with branches of different dtypes"));
+                    }
+                    NOp::Where(c, x, y)
+                }
             }
-            "transpose" => {
+        };
+        Ok(Val::T(self.push(node, o.dims, o.dtype)))
+    }
+
+    /// Injective operators with one result: index maps.
+    fn injective(&mut self, op: Op, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let node = match op {
+            // One operand, the result's shape and dtype as inferred.
+            Op::Reshape | Op::ExpandDims | Op::Squeeze => NOp::Reshape(self.arg(args, 0)?),
+            Op::BroadcastTo => NOp::Broadcast(self.arg(args, 0)?),
+            Op::Transpose => {
                 let a = self.arg(args, 0)?;
                 let r = self.node(a).dims.len();
                 let axes = self.attr("axes").as_ints().unwrap_or_default();
@@ -833,19 +929,17 @@ impl OpCx<'_, '_> {
                 if perm.len() != r {
                     return Err(self.err("`transpose` needs one axis per dimension"));
                 }
-                let o = out(0)?;
-                Ok(Val::T(self.push(NOp::Transpose(a, perm), o.dims, o.dtype)))
+                NOp::Transpose(a, perm)
             }
-            "layout_transform" => {
+            Op::LayoutTransform => {
                 let a = self.arg(args, 0)?;
                 let (from, to) = (self.str("src_layout")?, self.str("dst_layout")?);
                 for l in [&from, &to] {
                     Layout::parse(l).map_err(|e| self.err(format!("invalid layout: {e}")))?;
                 }
-                let o = out(0)?;
-                Ok(Val::T(self.push(NOp::Layout(a, from, to), o.dims, o.dtype)))
+                NOp::Layout(a, from, to)
             }
-            "concatenate" => {
+            Op::Concatenate => {
                 let parts: Vec<NodeId> = match args.first() {
                     Some(Val::Tuple(vs)) => vs
                         .iter()
@@ -854,241 +948,251 @@ impl OpCx<'_, '_> {
                     Some(v) => vec![self.tensor(v)?],
                     None => return Err(self.err("`concatenate` lacks its argument")),
                 };
-                let o = out(0)?;
                 let axis = self.axis(self.int("axis")?, o.dims.len())?;
-                Ok(Val::T(self.push(NOp::Concat(parts, axis), o.dims, o.dtype)))
+                NOp::Concat(parts, axis)
             }
-            "split" => {
-                let a = self.arg(args, 0)?;
-                let r = self.node(a).dims.len();
-                let axis = self.axis(self.int("axis")?, r)?;
-                let mut begin = 0;
-                let mut vs = Vec::new();
-                for s in outs {
-                    vs.push(Val::T(self.push(
-                        NOp::Slice(a, axis, begin),
-                        s.dims.clone(),
-                        s.dtype,
-                    )));
-                    begin += s.dims.get(axis).copied().unwrap_or(0);
-                }
-                if begin != self.node(a).dims[axis] {
-                    return Err(self.err("`split` results do not add up to the input"));
-                }
-                Ok(Val::Tuple(vs))
-            }
-            "take" => self.take(args, out(0)?),
-            "nn.pad" => self.pad(args, out(0)?),
-            "sum" | "mean" | "max" | "min" => {
-                let a = self.arg(args, 0)?;
-                self.require_float(&[a])?;
-                let r = self.node(a).dims.len();
-                let mut reduced = match self.attr("axis").as_ints() {
-                    None => vec![true; r],
-                    Some(axes) => {
-                        let mut m = vec![false; r];
-                        for x in axes {
-                            m[self.axis(x, r)?] = true;
-                        }
-                        m
-                    }
-                };
-                if self.attr("axis").as_ints().is_some() && self.bool("exclude")? {
-                    reduced.iter_mut().for_each(|x| *x = !*x);
-                }
-                let kind = match name {
-                    "sum" => Red::Sum,
-                    "mean" => Red::Mean,
-                    "max" => Red::Max,
-                    _ => Red::Min,
-                };
-                let o = out(0)?;
-                let keepdims = o.dims.len() == r && r > 0;
-                Ok(Val::T(self.push(
-                    NOp::Reduce {
-                        arg: a,
-                        kind,
-                        reduced,
-                        keepdims,
-                    },
-                    o.dims,
-                    o.dtype,
-                )))
-            }
-            "nn.softmax" | "nn.log_softmax" => {
-                let x = self.arg(args, 0)?;
-                self.require_float(&[x])?;
-                let o = out(0)?;
-                let dims = self.node(x).dims.clone();
-                let axis = self.axis(self.int("axis")?, dims.len())?;
-                let mut kd = dims.clone();
-                kd[axis] = 1;
-                let mut reduced = vec![false; dims.len()];
-                reduced[axis] = true;
-                let f = DType::F32;
-                let mx = self.push(
-                    NOp::Reduce {
-                        arg: x,
-                        kind: Red::Max,
-                        reduced: reduced.clone(),
-                        keepdims: true,
-                    },
-                    kd.clone(),
-                    f,
-                );
-                let d = self.push(NOp::Bin(Bin::Sub, x, mx), dims.clone(), f);
-                let e = self.push(NOp::Un(Un::Exp, d), dims.clone(), f);
-                let s = self.push(
-                    NOp::Reduce {
-                        arg: e,
-                        kind: Red::Sum,
-                        reduced,
-                        keepdims: true,
-                    },
-                    kd.clone(),
-                    f,
-                );
-                let r = if name == "nn.softmax" {
-                    self.push(NOp::Bin(Bin::Div, e, s), o.dims, o.dtype)
-                } else {
-                    let ls = self.push(NOp::Un(Un::Log, s), kd, f);
-                    self.push(NOp::Bin(Bin::Sub, d, ls), o.dims, o.dtype)
-                };
-                Ok(Val::T(r))
-            }
-            "nn.layer_norm" => {
-                let (x, g, bt) = (self.arg(args, 0)?, self.arg(args, 1)?, self.arg(args, 2)?);
-                self.require_float(&[x, g, bt])?;
-                let o = out(0)?;
-                let dims = self.node(x).dims.clone();
-                let rank = dims.len();
-                let axis = self.axis(self.int("axis")?, rank)?;
-                let eps = self.float("epsilon")? as f32 as f64;
-                let (center, scale) = (self.bool("center")?, self.bool("scale")?);
-                let mut kd = dims.clone();
-                kd[axis] = 1;
-                let mut reduced = vec![false; rank];
-                reduced[axis] = true;
-                let f = DType::F32;
-                let mean = self.push(
-                    NOp::Reduce {
-                        arg: x,
-                        kind: Red::Mean,
-                        reduced: reduced.clone(),
-                        keepdims: true,
-                    },
-                    kd.clone(),
-                    f,
-                );
-                let dv = self.push(NOp::Bin(Bin::Sub, x, mean), dims.clone(), f);
-                let sq = self.push(NOp::Bin(Bin::Mul, dv, dv), dims.clone(), f);
-                let var = self.push(
-                    NOp::Reduce {
-                        arg: sq,
-                        kind: Red::Mean,
-                        reduced,
-                        keepdims: true,
-                    },
-                    kd.clone(),
-                    f,
-                );
-                let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
-                let ve = self.push(NOp::Bin(Bin::Add, var, e), kd.clone(), f);
-                let den = self.push(NOp::Un(Un::Sqrt, ve), kd, f);
-                let mut y = self.push(NOp::Bin(Bin::Div, dv, den), dims.clone(), f);
-                if scale {
-                    let gv = self.along(g, axis, rank);
-                    y = self.push(NOp::Bin(Bin::Mul, y, gv), dims.clone(), f);
-                }
-                if center {
-                    let bv = self.along(bt, axis, rank);
-                    y = self.push(NOp::Bin(Bin::Add, y, bv), dims.clone(), f);
-                }
-                Ok(Val::T(self.retype(y, &o)))
-            }
-            "nn.batch_norm" => {
-                let x = self.arg(args, 0)?;
-                let ps: Vec<NodeId> = (1..5)
-                    .map(|i| self.arg(args, i))
-                    .collect::<Result<_, _>>()?;
-                let mut all = vec![x];
-                all.extend(&ps);
-                self.require_float(&all)?;
-                let o = out(0)?;
-                let dims = self.node(x).dims.clone();
-                let rank = dims.len();
-                let axis = self.axis(self.int("axis")?, rank)?;
-                let eps = self.float("epsilon")? as f32 as f64;
-                let (center, scale) = (self.bool("center")?, self.bool("scale")?);
-                let f = DType::F32;
-                let (g, bt, mean, var) = (ps[0], ps[1], ps[2], ps[3]);
-                let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
-                let cd = self.node(var).dims.clone();
-                let ve = self.push(NOp::Bin(Bin::Add, var, e), cd.clone(), f);
-                let den = self.push(NOp::Un(Un::Sqrt, ve), cd, f);
-                let mv = self.along(mean, axis, rank);
-                let dv = self.along(den, axis, rank);
-                let c = self.push(NOp::Bin(Bin::Sub, x, mv), dims.clone(), f);
-                let mut y = self.push(NOp::Bin(Bin::Div, c, dv), dims.clone(), f);
-                if scale {
-                    let gv = self.along(g, axis, rank);
-                    y = self.push(NOp::Bin(Bin::Mul, y, gv), dims.clone(), f);
-                }
-                if center {
-                    let bv = self.along(bt, axis, rank);
-                    y = self.push(NOp::Bin(Bin::Add, y, bv), dims.clone(), f);
-                }
-                let y = self.retype(y, &o);
-                Ok(Val::Tuple(vec![Val::T(y), Val::T(mean), Val::T(var)]))
-            }
-            "nn.bias_add" => {
-                let (x, b) = (self.arg(args, 0)?, self.arg(args, 1)?);
-                self.require_float(&[x, b])?;
-                let o = out(0)?;
-                let rank = self.node(x).dims.len();
-                let axis = self.axis(self.int("axis")?, rank)?;
-                let bv = self.along(b, axis, rank);
-                Ok(Val::T(self.push(
-                    NOp::Bin(Bin::Add, x, bv),
-                    o.dims,
-                    o.dtype,
-                )))
-            }
-            "nn.dense" => {
-                let (d, w) = (self.arg(args, 0)?, self.arg(args, 1)?);
-                self.require_float(&[d, w])?;
-                let o = out(0)?;
-                self.require_out_float(&o)?;
-                let (dd, wd) = (self.node(d).dims.clone(), self.node(w).dims.clone());
-                if dd.is_empty() || wd.len() != 2 || wd[1] != dd[dd.len() - 1] {
-                    return Err(self.err("`nn.dense` with shapes it cannot multiply"));
-                }
-                Ok(Val::T(self.push(NOp::Dense(d, w), o.dims, o.dtype)))
-            }
-            "nn.batch_matmul" => {
-                let (x, y) = (self.arg(args, 0)?, self.arg(args, 1)?);
-                self.require_float(&[x, y])?;
-                let o = out(0)?;
-                self.require_out_float(&o)?;
-                let (ta, tb) = (self.bool("transpose_a")?, self.bool("transpose_b")?);
-                if self.node(x).dims.len() != 3 || self.node(y).dims.len() != 3 || o.dims.len() != 3
-                {
-                    return Err(self.err("`nn.batch_matmul` needs rank-3 operands"));
-                }
-                Ok(Val::T(self.push(
-                    NOp::BatchMatmul { x, y, ta, tb },
-                    o.dims,
-                    o.dtype,
-                )))
-            }
-            "nn.conv2d" => self.conv2d(args, out(0)?),
-            "nn.max_pool2d" | "nn.avg_pool2d" | "nn.global_avg_pool2d" | "nn.global_max_pool2d" => {
-                self.pool(args, out(0)?)
-            }
-            _ => Err(self.err(format!(
-                "native code generation does not implement `{name}`"
-            ))),
+            Op::Take => return self.take(args, o),
+            _ => return self.pad(args, o),
+        };
+        Ok(Val::T(self.push(node, o.dims, o.dtype)))
+    }
+
+    fn split(&mut self, args: &[Val], outs: &[Shape]) -> Result<Val, Unsupported> {
+        let a = self.arg(args, 0)?;
+        let r = self.node(a).dims.len();
+        let axis = self.axis(self.int("axis")?, r)?;
+        let mut begin = 0;
+        let mut vs = Vec::new();
+        for s in outs {
+            vs.push(Val::T(self.push(
+                NOp::Slice(a, axis, begin),
+                s.dims.clone(),
+                s.dtype,
+            )));
+            begin += s.dims.get(axis).copied().unwrap_or(0);
         }
+        if begin != self.node(a).dims[axis] {
+            return Err(self.err("`split` results do not add up to the input"));
+        }
+        Ok(Val::Tuple(vs))
+    }
+
+    fn reduce(&mut self, op: Op, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let a = self.arg(args, 0)?;
+        self.require_float(&[a])?;
+        let r = self.node(a).dims.len();
+        let mut reduced = match self.attr("axis").as_ints() {
+            None => vec![true; r],
+            Some(axes) => {
+                let mut m = vec![false; r];
+                for x in axes {
+                    m[self.axis(x, r)?] = true;
+                }
+                m
+            }
+        };
+        if self.attr("axis").as_ints().is_some() && self.bool("exclude")? {
+            reduced.iter_mut().for_each(|x| *x = !*x);
+        }
+        let kind = match op {
+            Op::Sum => Red::Sum,
+            Op::Mean => Red::Mean,
+            Op::Max => Red::Max,
+            _ => Red::Min,
+        };
+        let keepdims = o.dims.len() == r && r > 0;
+        Ok(Val::T(self.push(
+            NOp::Reduce {
+                arg: a,
+                kind,
+                reduced,
+                keepdims,
+            },
+            o.dims,
+            o.dtype,
+        )))
+    }
+
+    /// `nn.softmax` and `nn.log_softmax`: a max, an exponential and a sum.
+    fn softmax(&mut self, op: Op, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let x = self.arg(args, 0)?;
+        self.require_float(&[x])?;
+        let dims = self.node(x).dims.clone();
+        let axis = self.axis(self.int("axis")?, dims.len())?;
+        let mut kd = dims.clone();
+        kd[axis] = 1;
+        let mut reduced = vec![false; dims.len()];
+        reduced[axis] = true;
+        let f = DType::F32;
+        let mx = self.push(
+            NOp::Reduce {
+                arg: x,
+                kind: Red::Max,
+                reduced: reduced.clone(),
+                keepdims: true,
+            },
+            kd.clone(),
+            f,
+        );
+        let d = self.push(NOp::Bin(Bin::Sub, x, mx), dims.clone(), f);
+        let e = self.push(NOp::Un(Un::Exp, d), dims.clone(), f);
+        let s = self.push(
+            NOp::Reduce {
+                arg: e,
+                kind: Red::Sum,
+                reduced,
+                keepdims: true,
+            },
+            kd.clone(),
+            f,
+        );
+        let r = if op == Op::Softmax {
+            self.push(NOp::Bin(Bin::Div, e, s), o.dims, o.dtype)
+        } else {
+            let ls = self.push(NOp::Un(Un::Log, s), kd, f);
+            self.push(NOp::Bin(Bin::Sub, d, ls), o.dims, o.dtype)
+        };
+        Ok(Val::T(r))
+    }
+
+    /// `y * gamma + beta` as the normalisation's `scale` and `center` say, `gamma` and `beta`
+    /// along `axis`.
+    fn scale_shift(
+        &mut self,
+        y: NodeId,
+        g: NodeId,
+        bt: NodeId,
+        axis: usize,
+    ) -> Result<NodeId, Unsupported> {
+        let dims = self.node(y).dims.clone();
+        let rank = dims.len();
+        let f = DType::F32;
+        let (center, scale) = (self.bool("center")?, self.bool("scale")?);
+        let mut y = y;
+        if scale {
+            let gv = self.along(g, axis, rank);
+            y = self.push(NOp::Bin(Bin::Mul, y, gv), dims.clone(), f);
+        }
+        if center {
+            let bv = self.along(bt, axis, rank);
+            y = self.push(NOp::Bin(Bin::Add, y, bv), dims, f);
+        }
+        Ok(y)
+    }
+
+    /// `nn.layer_norm`: two mean reductions and elementwise operators.
+    fn layer_norm(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let (x, g, bt) = (self.arg(args, 0)?, self.arg(args, 1)?, self.arg(args, 2)?);
+        self.require_float(&[x, g, bt])?;
+        let dims = self.node(x).dims.clone();
+        let rank = dims.len();
+        let axis = self.axis(self.int("axis")?, rank)?;
+        let eps = self.float("epsilon")? as f32 as f64;
+        self.bool("center")?;
+        self.bool("scale")?;
+        let mut kd = dims.clone();
+        kd[axis] = 1;
+        let mut reduced = vec![false; rank];
+        reduced[axis] = true;
+        let f = DType::F32;
+        let mean = self.push(
+            NOp::Reduce {
+                arg: x,
+                kind: Red::Mean,
+                reduced: reduced.clone(),
+                keepdims: true,
+            },
+            kd.clone(),
+            f,
+        );
+        let dv = self.push(NOp::Bin(Bin::Sub, x, mean), dims.clone(), f);
+        let sq = self.push(NOp::Bin(Bin::Mul, dv, dv), dims.clone(), f);
+        let var = self.push(
+            NOp::Reduce {
+                arg: sq,
+                kind: Red::Mean,
+                reduced,
+                keepdims: true,
+            },
+            kd.clone(),
+            f,
+        );
+        let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
+        let ve = self.push(NOp::Bin(Bin::Add, var, e), kd.clone(), f);
+        let den = self.push(NOp::Un(Un::Sqrt, ve), kd, f);
+        let y = self.push(NOp::Bin(Bin::Div, dv, den), dims, f);
+        let y = self.scale_shift(y, g, bt, axis)?;
+        Ok(Val::T(self.retype(y, &o)))
+    }
+
+    /// `nn.batch_norm` (inference): `(x - mean) / sqrt(var + eps) * gamma + beta` per channel.
+    fn batch_norm(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let x = self.arg(args, 0)?;
+        let ps: Vec<NodeId> = (1..5)
+            .map(|i| self.arg(args, i))
+            .collect::<Result<_, _>>()?;
+        let mut all = vec![x];
+        all.extend(&ps);
+        self.require_float(&all)?;
+        let dims = self.node(x).dims.clone();
+        let rank = dims.len();
+        let axis = self.axis(self.int("axis")?, rank)?;
+        let eps = self.float("epsilon")? as f32 as f64;
+        self.bool("center")?;
+        self.bool("scale")?;
+        let f = DType::F32;
+        let (g, bt, mean, var) = (ps[0], ps[1], ps[2], ps[3]);
+        let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
+        let cd = self.node(var).dims.clone();
+        let ve = self.push(NOp::Bin(Bin::Add, var, e), cd.clone(), f);
+        let den = self.push(NOp::Un(Un::Sqrt, ve), cd, f);
+        let mv = self.along(mean, axis, rank);
+        let dv = self.along(den, axis, rank);
+        let c = self.push(NOp::Bin(Bin::Sub, x, mv), dims.clone(), f);
+        let y = self.push(NOp::Bin(Bin::Div, c, dv), dims, f);
+        let y = self.scale_shift(y, g, bt, axis)?;
+        let y = self.retype(y, &o);
+        Ok(Val::Tuple(vec![Val::T(y), Val::T(mean), Val::T(var)]))
+    }
+
+    /// `nn.bias_add`: a broadcast add along `axis`.
+    fn bias_add(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let (x, b) = (self.arg(args, 0)?, self.arg(args, 1)?);
+        self.require_float(&[x, b])?;
+        let rank = self.node(x).dims.len();
+        let axis = self.axis(self.int("axis")?, rank)?;
+        let bv = self.along(b, axis, rank);
+        Ok(Val::T(self.push(
+            NOp::Bin(Bin::Add, x, bv),
+            o.dims,
+            o.dtype,
+        )))
+    }
+
+    fn dense(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let (d, w) = (self.arg(args, 0)?, self.arg(args, 1)?);
+        self.require_float(&[d, w])?;
+        self.require_out_float(&o)?;
+        let (dd, wd) = (self.node(d).dims.clone(), self.node(w).dims.clone());
+        if dd.is_empty() || wd.len() != 2 || wd[1] != dd[dd.len() - 1] {
+            return Err(self.err("`nn.dense` with shapes it cannot multiply"));
+        }
+        Ok(Val::T(self.push(NOp::Dense(d, w), o.dims, o.dtype)))
+    }
+
+    fn batch_matmul(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let (x, y) = (self.arg(args, 0)?, self.arg(args, 1)?);
+        self.require_float(&[x, y])?;
+        self.require_out_float(&o)?;
+        let (ta, tb) = (self.bool("transpose_a")?, self.bool("transpose_b")?);
+        if self.node(x).dims.len() != 3 || self.node(y).dims.len() != 3 || o.dims.len() != 3 {
+            return Err(self.err("`nn.batch_matmul` needs rank-3 operands"));
+        }
+        Ok(Val::T(self.push(
+            NOp::BatchMatmul { x, y, ta, tb },
+            o.dims,
+            o.dtype,
+        )))
     }
 
     fn require_out_float(&self, o: &Shape) -> Result<(), Unsupported> {
@@ -1209,32 +1313,25 @@ impl OpCx<'_, '_> {
         )))
     }
 
+    /// `(h, w)` from a 1- or 2-value attribute of positive values.
     fn pair(&self, name: &str) -> Result<(usize, usize), Unsupported> {
         let v = self.ints(name)?;
-        let v: Vec<usize> = v
-            .iter()
-            .map(|&x| usize::try_from(x).ok().filter(|&x| x > 0))
-            .collect::<Option<_>>()
-            .ok_or_else(|| self.err(format!("attribute `{name}` must hold positive values")))?;
-        match v.as_slice() {
-            [a] => Ok((*a, *a)),
-            [a, b] => Ok((*a, *b)),
-            _ => Err(self.err(format!("attribute `{name}` needs 1 or 2 values"))),
+        if v.iter().any(|&x| x <= 0) {
+            return Err(self.err(format!("attribute `{name}` must hold positive values")));
         }
+        let v = geom::per_axis(&v, 2, true)
+            .map_err(|_| self.err(format!("attribute `{name}` needs 1 or 2 values")))?;
+        Ok((v[0] as usize, v[1] as usize))
     }
 
+    /// `[top, left, bottom, right]` from TVM's 1-, 2- or 4-value padding.
     fn padding4(&self) -> Result<[usize; 4], Unsupported> {
-        let p = self.ints("padding")?;
-        let v: Vec<usize> = p
-            .iter()
-            .map(|&x| usize::try_from(x).map_err(|_| self.err(format!("negative padding {x}"))))
-            .collect::<Result<_, _>>()?;
-        match v.as_slice() {
-            [a] => Ok([*a; 4]),
-            [a, b] => Ok([*a, *b, *a, *b]),
-            [a, b, c, d] => Ok([*a, *b, *c, *d]),
-            _ => Err(self.err("padding needs 1, 2 or 4 values")),
-        }
+        let (before, after) = geom::padding(&self.ints("padding")?, 2).map_err(|e| match e {
+            AxisError::Value(x) => self.err(format!("negative padding {x}")),
+            AxisError::Count(_) => self.err("padding needs 1, 2 or 4 values"),
+        })?;
+        let u = |x: i64| x as usize;
+        Ok([u(before[0]), u(before[1]), u(after[0]), u(after[1])])
     }
 
     /// A layout conversion node when the layouts differ.
@@ -1289,8 +1386,7 @@ impl OpCx<'_, '_> {
             return Err(self.err("`nn.conv2d` with an empty kernel window"));
         }
         let span = |n: usize, k: usize, p: usize, s: usize, dl: usize| -> Option<usize> {
-            let eff = (k - 1) * dl + 1;
-            (n + p).checked_sub(eff).map(|x| x / s + 1)
+            geom::window_out_usize(n, k, p, s, dl, false)
         };
         let g = ConvGeom {
             n: dd[0],
@@ -1341,7 +1437,18 @@ impl OpCx<'_, '_> {
             "" => ls.clone(),
             s => s.to_string(),
         };
-        let global = name.starts_with("nn.global");
+        let kind = self
+            .def
+            .op
+            .pool_kind()
+            .filter(|k| k.spatial == 2 && k.window != PoolWindow::Adaptive)
+            .ok_or_else(|| {
+                self.err(format!(
+                    "native code generation does not implement `{name}`"
+                ))
+            })?;
+        let global = kind.window == PoolWindow::Global;
+        let max = kind.reduce == PoolReduce::Max;
         let mut pooled = dims.clone();
         let node = if global {
             pooled[hpos] = 1;
@@ -1349,11 +1456,7 @@ impl OpCx<'_, '_> {
             let mut reduced = vec![false; dims.len()];
             reduced[hpos] = true;
             reduced[wpos] = true;
-            let kind = if name == "nn.global_max_pool2d" {
-                Red::Max
-            } else {
-                Red::Mean
-            };
+            let kind = if max { Red::Max } else { Red::Mean };
             if dims[hpos] * dims[wpos] == 0 {
                 return Err(self.err("global pooling of an empty window"));
             }
@@ -1373,16 +1476,14 @@ impl OpCx<'_, '_> {
                 stride: self.pair("strides")?,
                 dilation: self.pair("dilation")?,
                 pad: self.padding4()?,
-                max: name == "nn.max_pool2d",
-                count_include_pad: name == "nn.avg_pool2d" && self.bool("count_include_pad")?,
+                max,
+                count_include_pad: !max && self.bool("count_include_pad")?,
                 hpos,
                 wpos,
             };
             let ceil = self.bool("ceil_mode")?;
             let extent = |n: usize, k: usize, p: usize, s: usize, dl: usize| -> Option<usize> {
-                let eff = (k.max(1) - 1) * dl + 1;
-                let span = (n + p).checked_sub(eff)?;
-                Some(if ceil { span.div_ceil(s) } else { span / s } + 1)
+                geom::window_out_usize(n, k.max(1), p, s, dl, ceil)
             };
             pooled[hpos] = extent(
                 dims[hpos],
@@ -1414,46 +1515,49 @@ impl OpCx<'_, '_> {
     }
 }
 
-fn unary(name: &str) -> Option<Un> {
-    Some(match name {
-        "sqrt" => Un::Sqrt,
-        "rsqrt" => Un::Rsqrt,
-        "erf" => Un::Erf,
-        "exp" => Un::Exp,
-        "log" => Un::Log,
-        "sigmoid" => Un::Sigmoid,
-        "tanh" => Un::Tanh,
-        "floor" => Un::Floor,
-        "ceil" => Un::Ceil,
-        "round" => Un::Round,
-        "abs" => Un::Abs,
-        "negative" => Un::Neg,
-        "nn.relu" => Un::Relu,
+/// The unary map of an elementwise operator.
+fn unary(op: Op) -> Option<Un> {
+    Some(match op {
+        Op::Sqrt => Un::Sqrt,
+        Op::Rsqrt => Un::Rsqrt,
+        Op::Erf => Un::Erf,
+        Op::Exp => Un::Exp,
+        Op::Log => Un::Log,
+        Op::Sigmoid => Un::Sigmoid,
+        Op::Tanh => Un::Tanh,
+        Op::Floor => Un::Floor,
+        Op::Ceil => Un::Ceil,
+        Op::Round => Un::Round,
+        Op::Abs => Un::Abs,
+        Op::Negative => Un::Neg,
+        Op::Relu => Un::Relu,
         _ => return None,
     })
 }
 
-fn binary(name: &str) -> Option<Bin> {
-    Some(match name {
-        "add" => Bin::Add,
-        "subtract" => Bin::Sub,
-        "multiply" => Bin::Mul,
-        "divide" => Bin::Div,
-        "power" => Bin::Pow,
-        "maximum" => Bin::Max,
-        "minimum" => Bin::Min,
+/// The binary map of an arithmetic operator.
+fn binary(op: Op) -> Option<Bin> {
+    Some(match op {
+        Op::Add => Bin::Add,
+        Op::Subtract => Bin::Sub,
+        Op::Multiply => Bin::Mul,
+        Op::Divide => Bin::Div,
+        Op::Power => Bin::Pow,
+        Op::Maximum => Bin::Max,
+        Op::Minimum => Bin::Min,
         _ => return None,
     })
 }
 
-fn compare(name: &str) -> Option<Cmp> {
-    Some(match name {
-        "less" => Cmp::Lt,
-        "greater" => Cmp::Gt,
-        "equal" => Cmp::Eq,
-        "less_equal" => Cmp::Le,
-        "greater_equal" => Cmp::Ge,
-        "not_equal" => Cmp::Ne,
+/// The comparison of a comparison operator.
+fn compare(op: Op) -> Option<Cmp> {
+    Some(match op {
+        Op::Less => Cmp::Lt,
+        Op::Greater => Cmp::Gt,
+        Op::Equal => Cmp::Eq,
+        Op::LessEqual => Cmp::Le,
+        Op::GreaterEqual => Cmp::Ge,
+        Op::NotEqual => Cmp::Ne,
         _ => return None,
     })
 }

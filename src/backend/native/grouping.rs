@@ -11,7 +11,7 @@
 use crate::exec::executor::Grouping;
 use crate::fuse::graph::ForwardGraph;
 use crate::ir::{Expr, ExprId, FuncId, Module};
-use crate::ops::OpPattern;
+use crate::ops::{Op, OpPattern};
 
 /// FuseOps groups as kernels.
 #[derive(Clone, Copy, Debug)]
@@ -38,8 +38,7 @@ impl FuseGrouping {
         if !self.simplify_inference {
             return g;
         }
-        let bn = crate::ops::registry().lookup("nn.batch_norm");
-        let is_bn = |e: ExprId| bn.is_some() && m.called_op(e) == bn;
+        let is_bn = |e: ExprId| m.called_op(e) == Op::BatchNorm.id();
         let n = g.nodes.len();
         for i in 0..n {
             let e = g.nodes[i].expr;

@@ -15,12 +15,13 @@
 //!   file whose formula is unknown) never panics: it is 0, or for unknown operators the
 //!   [`UNKNOWN_FLOPS_PER_ELEMENT`] fallback.
 //!
-//! Every built-in operator has an explicit entry in [`op_work`]; only operators declared in rules
-//! files reach its fallback.
+//! Every built-in operator has an explicit entry in [`OpWork::of`], a match on [`Op`] without a
+//! catch-all; only operators declared in rules files reach its fallback.
 
 use crate::ir::{AttrValue, Attrs, Callee, DType, Dim, Expr, ExprId, Module, TensorType, Type};
+use crate::ops::geom::ConvKind;
 use crate::ops::layout::Layout;
-use crate::ops::{self, OpDef};
+use crate::ops::{self, Op, OpDef};
 
 /// Bytes per element of a dtype: `bits × lanes / 8`, rounded up to whole bytes (so `bool`, which
 /// TVM stores one per byte, is 1 byte, and `int4` is 1 byte as well).
@@ -175,79 +176,120 @@ pub enum OpWork {
     Unknown,
 }
 
-/// The formula for an operator, by registry name. Every built-in operator has an explicit entry;
-/// the fallback [`OpWork::Unknown`] is for operators declared in rules files.
+/// The formula for an operator by its registry name: [`OpWork::of`] for a known operator,
+/// [`OpWork::Unknown`] for a name the registry does not know.
 pub fn op_work(name: &str) -> OpWork {
-    use OpWork::*;
-    match name {
-        // Data movement, layout changes, gathers, padding, tuple plumbing.
-        "reshape" | "transpose" | "squeeze" | "expand_dims" | "layout_transform"
-        | "strided_slice" | "concatenate" | "stack" | "split" | "take" | "tile"
-        | "broadcast_to" | "nn.pad" | "nn.batch_flatten" | "copy" => Movement,
-        // Constant initialisers write memory but compute nothing.
-        "full" | "zeros" | "ones" | "zeros_like" | "ones_like" => Movement,
-        // Device annotations and transfers (a transfer's cost is its bytes).
-        "on_device" | "device_copy" => Movement,
-        // Dropout is the identity at inference.
-        "nn.dropout" => Movement,
-        // One operation per result element.
-        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "less" | "greater"
-        | "equal" | "less_equal" | "greater_equal" | "not_equal" | "abs" | "negative" | "floor"
-        | "ceil" | "round" | "sqrt" | "where" | "cast" | "cast_like" | "nn.relu"
-        | "nn.bias_add" => PerOutput(ELEMWISE_FLOPS),
-        // A compare and a select or multiply.
-        "clip" | "nn.leaky_relu" | "nn.prelu" => PerOutput(2.0),
-        // `sqrt` and a reciprocal.
-        "rsqrt" => PerOutput(2.0),
-        "exp" | "fast_exp" | "log" => PerOutput(EXP_FLOPS),
-        "power" => PerOutput(POWER_FLOPS),
-        "sin" | "cos" | "atan" => PerOutput(TRIG_FLOPS),
-        "sigmoid" => PerOutput(SIGMOID_FLOPS),
-        "tanh" | "fast_tanh" => PerOutput(TANH_FLOPS),
-        "erf" | "fast_erf" => PerOutput(ERF_FLOPS),
-        "qnn.requantize" | "qnn.add" => PerOutput(QNN_ELEMWISE_FLOPS),
-        // Reductions.
-        "sum" | "max" | "min" | "prod" | "argmax" | "argmin" => Reduce(0.0),
-        "mean" => Reduce(1.0),
-        "variance" => Variance,
-        // Normalisations and softmax.
-        "nn.softmax" | "nn.fast_softmax" | "nn.log_softmax" => Softmax,
-        "nn.layer_norm" | "nn.instance_norm" | "nn.group_norm" => Norm,
-        "nn.batch_norm" => BatchNorm,
-        // Convolutions and matrix products.
-        "nn.conv1d" => Conv(1),
-        "nn.conv2d" | "qnn.conv2d" => Conv(2),
-        "nn.conv3d" => Conv(3),
-        "nn.conv2d_transpose" => ConvTranspose(2),
-        "nn.conv3d_transpose" => ConvTranspose(3),
-        "nn.conv2d_backward_weight" => ConvBackwardWeight,
-        "nn.dense" | "qnn.dense" => Dense,
-        "nn.matmul" => Matmul,
-        "nn.batch_matmul" => BatchMatmul,
-        // Pooling.
-        "nn.max_pool2d" => Pool {
-            nd: 2,
-            average: false,
-        },
-        "nn.avg_pool2d" => Pool {
-            nd: 2,
-            average: true,
-        },
-        "nn.max_pool3d" => Pool {
-            nd: 3,
-            average: false,
-        },
-        "nn.avg_pool3d" => Pool {
-            nd: 3,
-            average: true,
-        },
-        "nn.global_max_pool2d" | "nn.adaptive_max_pool2d" => GlobalPool { average: false },
-        "nn.global_avg_pool2d" | "nn.adaptive_avg_pool2d" => GlobalPool { average: true },
-        // Resizing.
-        "image.resize1d" => Resize(1),
-        "image.resize2d" | "nn.upsampling" => Resize(2),
-        "nn.upsampling3d" => Resize(3),
-        _ => Unknown,
+    ops::registry()
+        .lookup(name)
+        .map_or(OpWork::Unknown, |id| OpWork::of(ops::op(id).op))
+}
+
+impl OpWork {
+    /// The formula for an operator. Every built-in operator has an explicit entry; operators
+    /// declared in rules files get [`OpWork::Unknown`].
+    pub fn of(op: Op) -> OpWork {
+        use OpWork::*;
+        match op {
+            // Data movement, layout changes, gathers, padding, tuple plumbing.
+            Op::Reshape
+            | Op::Transpose
+            | Op::Squeeze
+            | Op::ExpandDims
+            | Op::LayoutTransform
+            | Op::StridedSlice
+            | Op::Concatenate
+            | Op::Stack
+            | Op::Split
+            | Op::Take
+            | Op::Tile
+            | Op::BroadcastTo
+            | Op::Pad
+            | Op::BatchFlatten
+            | Op::Copy => Movement,
+            // Constant initialisers write memory but compute nothing.
+            Op::Full | Op::Zeros | Op::Ones | Op::ZerosLike | Op::OnesLike => Movement,
+            // Device annotations and transfers (a transfer's cost is its bytes).
+            Op::OnDevice | Op::DeviceCopy => Movement,
+            // Dropout is the identity at inference.
+            Op::Dropout => Movement,
+            // One operation per result element.
+            Op::Add
+            | Op::Subtract
+            | Op::Multiply
+            | Op::Divide
+            | Op::Maximum
+            | Op::Minimum
+            | Op::Less
+            | Op::Greater
+            | Op::Equal
+            | Op::LessEqual
+            | Op::GreaterEqual
+            | Op::NotEqual
+            | Op::Abs
+            | Op::Negative
+            | Op::Floor
+            | Op::Ceil
+            | Op::Round
+            | Op::Sqrt
+            | Op::Where
+            | Op::Cast
+            | Op::CastLike
+            | Op::Relu
+            | Op::BiasAdd => PerOutput(ELEMWISE_FLOPS),
+            // A compare and a select or multiply.
+            Op::Clip | Op::LeakyRelu | Op::Prelu => PerOutput(2.0),
+            // `sqrt` and a reciprocal.
+            Op::Rsqrt => PerOutput(2.0),
+            Op::Exp | Op::FastExp | Op::Log => PerOutput(EXP_FLOPS),
+            Op::Power => PerOutput(POWER_FLOPS),
+            Op::Sin | Op::Cos | Op::Atan => PerOutput(TRIG_FLOPS),
+            Op::Sigmoid => PerOutput(SIGMOID_FLOPS),
+            Op::Tanh | Op::FastTanh => PerOutput(TANH_FLOPS),
+            Op::Erf | Op::FastErf => PerOutput(ERF_FLOPS),
+            Op::QnnRequantize | Op::QnnAdd => PerOutput(QNN_ELEMWISE_FLOPS),
+            // Reductions.
+            Op::Sum | Op::Max | Op::Min | Op::Prod | Op::Argmax | Op::Argmin => Reduce(0.0),
+            Op::Mean => Reduce(1.0),
+            Op::Variance => Variance,
+            // Normalisations and softmax.
+            Op::Softmax | Op::FastSoftmax | Op::LogSoftmax => Softmax,
+            Op::LayerNorm | Op::InstanceNorm | Op::GroupNorm => Norm,
+            Op::BatchNorm => BatchNorm,
+            // Convolutions and matrix products.
+            Op::Conv1d => Conv(1),
+            Op::Conv2d | Op::QnnConv2d => Conv(2),
+            Op::Conv3d => Conv(3),
+            Op::Conv2dTranspose => ConvTranspose(2),
+            Op::Conv3dTranspose => ConvTranspose(3),
+            Op::Conv2dBackwardWeight => ConvBackwardWeight,
+            Op::Dense | Op::QnnDense => Dense,
+            Op::Matmul => Matmul,
+            Op::BatchMatmul => BatchMatmul,
+            // Pooling.
+            Op::MaxPool2d => Pool {
+                nd: 2,
+                average: false,
+            },
+            Op::AvgPool2d => Pool {
+                nd: 2,
+                average: true,
+            },
+            Op::MaxPool3d => Pool {
+                nd: 3,
+                average: false,
+            },
+            Op::AvgPool3d => Pool {
+                nd: 3,
+                average: true,
+            },
+            Op::GlobalMaxPool2d | Op::AdaptiveMaxPool2d => GlobalPool { average: false },
+            Op::GlobalAvgPool2d | Op::AdaptiveAvgPool2d => GlobalPool { average: true },
+            // Resizing.
+            Op::Resize1d => Resize(1),
+            Op::Resize2d | Op::Upsampling => Resize(2),
+            Op::Upsampling3d => Resize(3),
+            Op::Custom => Unknown,
+        }
     }
 }
 
@@ -294,7 +336,7 @@ pub fn call_flops(module: &Module, call: ExprId) -> f64 {
         attrs,
         result: module.types.get(call.index()).and_then(Option::as_ref),
     };
-    let flops = cx.flops(op_work(def.name));
+    let flops = cx.flops(OpWork::of(def.op));
     if flops.is_finite() && flops > 0.0 {
         flops
     } else {
@@ -333,21 +375,21 @@ impl CallCx<'_> {
                 let (Some(w), Some(out)) = (self.arg(1), self.result_tensor()) else {
                     return 0.0;
                 };
-                let o = self.kernel_extent(w, nd, "OI", 'O');
+                let o = self.kernel_extent(w, nd, false, 'O');
                 2.0 * elements(out) * per_channel(elements(w), o)
             }
             OpWork::ConvTranspose(nd) => {
                 let (Some(data), Some(w)) = (self.arg(0), self.arg(1)) else {
                     return 0.0;
                 };
-                let i = self.kernel_extent(w, nd, "IO", 'I');
+                let i = self.kernel_extent(w, nd, true, 'I');
                 2.0 * elements(data) * per_channel(elements(w), i)
             }
             OpWork::ConvBackwardWeight => {
                 let (Some(grad), Some(w)) = (self.arg(0), self.result_tensor()) else {
                     return 0.0;
                 };
-                let o = self.kernel_extent(w, 2, "OI", 'O');
+                let o = self.kernel_extent(w, 2, false, 'O');
                 2.0 * elements(grad) * per_channel(elements(w), o)
             }
             OpWork::Dense => {
@@ -446,19 +488,22 @@ impl CallCx<'_> {
     }
 
     /// The primal extent of axis `axis` of a convolution kernel, found by converting its shape
-    /// from the `kernel_layout` attribute to the canonical layout whose first two letters are
-    /// `lead` (`OI` or `IO`) followed by the spatial axes. Falls back to the first extent when
-    /// the layout does not fit.
-    fn kernel_extent(&self, w: &TensorType, nd: usize, lead: &str, axis: char) -> f64 {
-        let spatial = &"DHW"[3 - nd.min(3)..];
-        let canon = format!("{lead}{spatial}");
+    /// from the `kernel_layout` attribute to the canonical kernel layout of an `nd`-d
+    /// (`transposed`) convolution (`OIHW`, `IOHW`, ...). Falls back to the first extent when the
+    /// layout does not fit.
+    fn kernel_extent(&self, w: &TensorType, nd: usize, transposed: bool, axis: char) -> f64 {
+        let canon = ConvKind {
+            spatial: nd.clamp(1, 3),
+            transposed,
+        }
+        .kernel_canon();
         let converted = self
             .attr("kernel_layout")
             .and_then(AttrValue::as_str)
             .and_then(|s| Layout::parse(s).ok())
-            .zip(Layout::parse(&canon).ok())
+            .zip(Layout::parse(canon).ok())
             .and_then(|(from, to)| from.convert(&w.shape, &to).ok());
-        let at = lead.find(axis).unwrap_or(0);
+        let at = canon.find(axis).unwrap_or(0);
         match converted {
             Some(shape) => shape.get(at).map_or(1.0, dim_extent),
             None => w.shape.first().map_or(1.0, dim_extent),

@@ -10,7 +10,7 @@
 use super::analyze::Solution;
 use super::{annotation, is_unplanned, known_func, primitive_callee, Annotation};
 use crate::ir::*;
-use crate::ops::registry;
+use crate::ops::{registry, Op};
 
 struct Out<'a> {
     m: &'a Module,
@@ -30,12 +30,12 @@ impl Out<'_> {
 
     fn annotation_call(
         &mut self,
-        op: &str,
+        op: Op,
         child: ExprId,
         from: ExprId,
         set: &[(&str, AttrValue)],
     ) -> ExprId {
-        let id = registry().lookup(op).unwrap_or(OpId(0));
+        let id = op.id().unwrap_or(OpId(0));
         let def = registry().get(id);
         let mut attrs = Attrs::defaults(def.attrs);
         for (k, v) in set {
@@ -69,7 +69,7 @@ impl Out<'_> {
             return oc;
         }
         self.annotation_call(
-            "device_copy",
+            Op::DeviceCopy,
             oc,
             c,
             &[
@@ -169,7 +169,7 @@ fn planned_expr(s: &mut Solution, o: &mut Out, e: ExprId) -> ExprId {
                 }
                 let child = o.map[a.index()];
                 o.annotation_call(
-                    "device_copy",
+                    Op::DeviceCopy,
                     child,
                     e,
                     &[
@@ -259,7 +259,7 @@ fn capture_call(
         let mut child = o.edge(a, &expected);
         if expected != lexical && !expected.is_unconstrained() && !o.is_function(a) {
             child = o.annotation_call(
-                "on_device",
+                Op::OnDevice,
                 child,
                 a,
                 &[

@@ -48,7 +48,7 @@ pub use lexical::expand;
 
 use crate::diag::Diagnostics;
 use crate::ir::*;
-use crate::ops::registry;
+use crate::ops::{registry, Op};
 
 /// The result of device planning.
 #[derive(Clone, Debug)]
@@ -84,7 +84,7 @@ pub fn has_annotations(m: &Module) -> bool {
         Expr::Call {
             callee: Callee::Op(op),
             ..
-        } => matches!(registry().get(*op).name, "on_device" | "device_copy"),
+        } => matches!(registry().get(*op).op, Op::OnDevice | Op::DeviceCopy),
         _ => false,
     }) || m.vars.iter().any(|v| !v.device.is_unconstrained())
         || m.funcs.iter().any(|f| !f.result_device.is_unconstrained())
@@ -237,13 +237,13 @@ pub(crate) fn annotation(m: &Module, e: ExprId) -> Option<Annotation> {
             .and_then(AttrValue::as_bool)
             .unwrap_or(dflt)
     };
-    match def.name {
-        "on_device" => Some(Annotation::OnDevice {
+    match def.op {
+        Op::OnDevice => Some(Annotation::OnDevice {
             device: dev("virtual_device"),
             body: flag("constrain_body", true),
             result: flag("constrain_result", false),
         }),
-        "device_copy" => Some(Annotation::Copy {
+        Op::DeviceCopy => Some(Annotation::Copy {
             src: dev("src_virtual_device"),
             dst: dev("dst_virtual_device"),
         }),

@@ -556,8 +556,8 @@ fn node_role(g: &DataflowGraph<'_>, i: usize) -> Role {
         Expr::Call {
             callee: crate::ir::Callee::Op(op),
             ..
-        } => match crate::ops::registry().get(*op).name {
-            "on_device" | "device_copy" => Role::Glue,
+        } => match crate::ops::registry().get(*op).op {
+            crate::ops::Op::OnDevice | crate::ops::Op::DeviceCopy => Role::Glue,
             _ => Role::Kernel,
         },
         Expr::Call { .. } => Role::Kernel,

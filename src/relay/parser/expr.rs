@@ -3,7 +3,7 @@
 use super::{PResult, Parser};
 use crate::diag::*;
 use crate::ir::*;
-use crate::ops::registry;
+use crate::ops::{registry, Op};
 use crate::relay::lexer::Tok;
 use crate::relay::number::{parse_number, Number};
 use crate::source::Span;
@@ -94,7 +94,7 @@ impl<'s> Parser<'s> {
     /// Infix expressions by precedence climbing (iterative, all operators left-associative).
     fn binop(&mut self) -> PResult<ExprId> {
         let mut operands = vec![self.call()?];
-        let mut ops: Vec<(&'static str, u8, Span)> = Vec::new();
+        let mut ops: Vec<(Op, u8, Span)> = Vec::new();
         while let Some((name, prec)) = infix(self.peek()) {
             let op_span = self.here();
             self.bump();
@@ -113,12 +113,12 @@ impl<'s> Parser<'s> {
     fn reduce_infix(
         &mut self,
         operands: &mut Vec<ExprId>,
-        ops: &mut Vec<(&'static str, u8, Span)>,
+        ops: &mut Vec<(Op, u8, Span)>,
     ) -> PResult<()> {
         let (name, _, op_span) = ops.pop().ok_or(super::Fatal)?;
         let rhs = operands.pop().ok_or(super::Fatal)?;
         let lhs = operands.pop().ok_or(super::Fatal)?;
-        let Some(op) = registry().lookup(name) else {
+        let Some(op) = name.id() else {
             let d = Diagnostic::error(
                 E0305,
                 format!("infix operator needs `{name}`, which is not registered"),
@@ -614,18 +614,19 @@ pub(crate) fn split_meta(text: &str) -> (&str, Option<u32>) {
     (key, rest.trim_end_matches(']').parse().ok())
 }
 
-fn infix(t: Tok) -> Option<(&'static str, u8)> {
+/// The operator and precedence of an infix token.
+fn infix(t: Tok) -> Option<(Op, u8)> {
     Some(match t {
-        Tok::Star => ("multiply", 12),
-        Tok::Slash => ("divide", 12),
-        Tok::Plus => ("add", 10),
-        Tok::Minus => ("subtract", 10),
-        Tok::Lt => ("less", 8),
-        Tok::Le => ("less_equal", 8),
-        Tok::Gt => ("greater", 8),
-        Tok::Ge => ("greater_equal", 8),
-        Tok::EqEq => ("equal", 7),
-        Tok::NotEq => ("not_equal", 7),
+        Tok::Star => (Op::Multiply, 12),
+        Tok::Slash => (Op::Divide, 12),
+        Tok::Plus => (Op::Add, 10),
+        Tok::Minus => (Op::Subtract, 10),
+        Tok::Lt => (Op::Less, 8),
+        Tok::Le => (Op::LessEqual, 8),
+        Tok::Gt => (Op::Greater, 8),
+        Tok::Ge => (Op::GreaterEqual, 8),
+        Tok::EqEq => (Op::Equal, 7),
+        Tok::NotEq => (Op::NotEqual, 7),
         _ => return None,
     })
 }

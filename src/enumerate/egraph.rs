@@ -11,7 +11,7 @@
 
 use super::graph::DataflowGraph;
 use crate::ir::{Attrs, Callee, Expr, OpId};
-use crate::ops::registry;
+use crate::ops::{registry, Op};
 use crate::ruletree::{Pattern, Program};
 use egg::{EGraph, Id, Language};
 
@@ -275,8 +275,8 @@ impl MatchGraph {
         for class in self.egraph.classes() {
             for n in &class.nodes {
                 if let NodeOp::Call(op, _) = n.op {
-                    let name = registry().get(op).name;
-                    if matches!(name, "add" | "multiply") && n.children.len() == 2 {
+                    let commutes = matches!(registry().get(op).op, Op::Add | Op::Multiply);
+                    if commutes && n.children.len() == 2 {
                         let mut swapped = n.clone();
                         swapped.children.swap(0, 1);
                         new.push((class.id, swapped));

@@ -4,7 +4,7 @@
 
 use crate::dataflow::{Graph, IndexSet, NodeIdx, NodeRef};
 use crate::ir::*;
-use crate::ops::{registry, OpPattern};
+use crate::ops::{registry, Op, OpPattern};
 
 /// A function's dataflow graph with everything candidate enumeration needs.
 pub struct DataflowGraph<'m> {
@@ -182,10 +182,10 @@ fn node_facts(m: &Module, what: NodeRef) -> (OpPattern, String, bool, bool) {
                 ..
             } => {
                 let def = registry().get(*op);
-                let special = matches!(
-                    def.name,
-                    "on_device" | "device_copy" | "shape_of" | "vm.shape_of"
-                );
+                // `shape_of` and `vm.shape_of` are TVM operators the registry lacks; only a rules
+                // file can declare them, so they are known by name.
+                let special = matches!(def.op, Op::OnDevice | Op::DeviceCopy)
+                    || matches!(def.name, "shape_of" | "vm.shape_of");
                 (def.pattern, def.name.to_string(), false, !special)
             }
             Expr::Call {

@@ -1,5 +1,5 @@
-//! The CPU backends on the kernels of the reference note's table (docs/backends.md, "Costs on
-//! this machine"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
+//! The CPU backends on the micro-benchmark kernels (docs/backends.md, "The micro-benchmark
+//! kernels"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
 //! tail E1 and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
 //! generated code), on one thread and on two.
 //!
@@ -19,9 +19,9 @@
 use collage::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
 use collage::backend::native::{Config as NativeConfig, Native};
 use collage::backend::openblas::OpenBlasBackend;
-use collage::backend::{Backend, Prepared, RunCx, Unit};
 use collage::exec::data::Weights;
-use collage::exec::program::MemCounter;
+use collage::exec::kernel::MemCounter;
+use collage::exec::kernel::{Backend, Prepared, RunCx, Unit};
 use collage::exec::tensor::{Shape, Tensor};
 use collage::ir::{DType, Module};
 use collage::source::SourceMap;

@@ -1,5 +1,5 @@
-//! Native code generation benchmarks: the reference note's kernels as generated code, on one and
-//! two threads, and the GELU tail on the reference interpreter for comparison.
+//! Native code generation benchmarks: micro-benchmark kernels (docs/backends.md) as generated
+//! code, on one and two threads, and the GELU tail on the reference interpreter for comparison.
 //!
 //! * `gelu`: GPT-2's tanh GELU tail on 1600×3072 (`tests/fixtures/cpu-costs/e1.relay`), one
 //!   FuseOps group, one generated kernel;
@@ -12,7 +12,7 @@
 //! `collage run` compiles it. Two measurements per kernel and thread count:
 //!
 //! * `kernel`: the generated kernel alone, called on the same input and output tensors (what
-//!   the reference note's figures measure: no allocation);
+//!   the micro-benchmarks' figures measure: no allocation);
 //! * `run`: one run of `@main` through the executor, as `collage run --repeat` times it (the
 //!   result of the previous run gives its storage back, `Executable::recycle`).
 //!
@@ -20,10 +20,11 @@
 
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config, Native};
-use collage::backend::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
 use collage::exec::data::Weights;
 use collage::exec::executor::{self, Executable, Grouping, Options};
-use collage::exec::program::{group_units, MemCounter, Region};
+use collage::exec::kernel::MemCounter;
+use collage::exec::kernel::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
+use collage::exec::program::{group_units, Region};
 use collage::exec::tensor::Tensor;
 use collage::exec::value::flat_shapes;
 use collage::ir::Expr;

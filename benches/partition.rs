@@ -3,9 +3,9 @@
 //!
 //! * `partition <model> (all shipped targets, analytic)`: the shipped library, analytic costs.
 //! * `partition <model> (reference configuration, mock)`: the configuration TVM's own
-//!   CollagePartition was measured with (BRIEF): native TVM plus one BYOC target with relu,
-//!   add and concatenate patterns (`benches/reference.rules`), mock costs, depths 8 and 8, no
-//!   baselines.
+//!   CollagePartition was measured with (docs/performance.md): native TVM plus one BYOC target
+//!   with relu, add and concatenate patterns (`benches/reference.rules`), mock costs, depths 8
+//!   and 8, no baselines.
 //!
 //! * `partition generated gpt2, <n> layers`: scaling (`collage::gen::gpt2`), all shipped targets,
 //!   analytic costs, no baselines.

@@ -1,5 +1,7 @@
 //! Small helpers shared by several phases.
 
+pub mod process;
+
 /// Edit distance between two strings (by chars): insertions, deletions, substitutions and
 /// transpositions of adjacent characters each cost one (optimal string alignment).
 pub fn edit_distance(a: &str, b: &str) -> usize {

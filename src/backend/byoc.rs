@@ -6,7 +6,7 @@
 //! [`Node::Call`] is one composite, to be mapped onto library calls, and the function's result
 //! (a tensor, or a tuple of them) lists the outputs.
 
-use super::{ConstantSource, Unsupported};
+use crate::exec::kernel::{ConstantSource, Unsupported};
 use crate::exec::tensor::{Shape, Tensor};
 use crate::ir::{Callee, Expr, ExprId, FuncId, Module, Type, VarId};
 use std::collections::HashMap;

@@ -9,8 +9,8 @@
 
 use super::dnnl::DnnlBackend;
 use super::openblas::OpenBlasBackend;
-use super::Backend;
 use crate::diag::Diagnostic;
+use crate::exec::kernel::Backend;
 use crate::ffi::LoadError;
 use crate::ir::Module;
 use std::sync::Arc;

@@ -18,7 +18,9 @@
 //! set of buffers for its threads.
 
 use super::byoc::{self, Node};
-use super::{Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported};
+use crate::exec::kernel::{
+    Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
+};
 use crate::exec::tensor::Tensor;
 use crate::ffi::omp::Omp;
 use crate::ffi::openblas::{BlasError, Matrix, OpenBlas};
@@ -656,7 +658,7 @@ impl BlasPrepared {
 
 impl Prepared for BlasPrepared {
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
-        crate::backend::constants_resident(&self.consts, f);
+        crate::exec::kernel::constants_resident(&self.consts, f);
     }
 
     fn run(

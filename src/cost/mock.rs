@@ -1,4 +1,4 @@
-//! TVM's `MockCostEstimator` (collage-semantics §13.3): a candidate with `n` operator calls
+//! TVM's `MockCostEstimator` (docs/collage.md, "Costs"): a candidate with `n` operator calls
 //! costs `c × Σ_{k<n} 0.9^k`, where `c` is its target's base cost. The sum is accumulated in
 //! the same order and with the same `pow` as TVM, so costs compare bit for bit with its tests
 //! (`3 + 3·0.9 == 5.7`).

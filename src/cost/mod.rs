@@ -1,4 +1,4 @@
-//! Costs and cost estimators (collage-semantics §12–§13).
+//! Costs and cost estimators (docs/partition.md, "Costs"; TVM's in docs/collage.md, "Costs").
 //!
 //! A [`Cost`] is a number of seconds with two special values: [`Cost::INVALID`] (+∞: the target
 //! cannot run the candidate) and [`Cost::UNKNOWN`] (NaN: this estimator cannot say). An

@@ -1,9 +1,10 @@
-//! Combining candidates to a fixed point (collage-semantics §7, with the corrections of BRIEF.md).
+//! Combining candidates to a fixed point (docs/collage.md, "Combining", with our corrections).
 //!
 //! Each round applies every combiner to the current list; pairs are tried whenever at least one
 //! side was added in the previous round (TVM skipped every pair whose upstream side was old,
-//! Q1). A union is kept only if its own depth is within the limit (TVM compared the sum of the
-//! two depths, Q2). The tuple-argument combiner skips producers that overlap (TVM aborted, Q3).
+//! quirk-1). A union is kept only if its own depth is within the limit (TVM compared the sum of
+//! the two depths, quirk-2). The tuple-argument combiner skips producers that overlap (TVM
+//! aborted, quirk-3).
 //! The loop ends when a round adds nothing.
 
 use super::subgraph::{union_labels, SubGraph};

@@ -1,4 +1,4 @@
-//! Extraction and rewriting of sub-graphs (collage-semantics §8).
+//! Extraction and rewriting of sub-graphs (docs/collage.md, "Extraction and rewriting").
 //!
 //! * [`extract`] turns a sub-graph into a standalone function: one parameter per input node
 //!   (named `FunctionVar_<k>` and annotated with the input's type, numbered in TVM's first-use
@@ -11,7 +11,7 @@
 //!   function by calls of their extracted functions (projections of the call where there are
 //!   several exits) and leave everything else untouched.
 //!
-//! Parameters are numbered as TVM's extractor numbers them (collage-semantics §8.1), so that
+//! Parameters are numbered as TVM's extractor numbers them (docs/collage.md), so that
 //! structurally identical sub-graphs give identical functions whatever the order of their
 //! operands in the graph (`add(%a, %b)` and `add(%b, %a)` both become
 //! `add(%FunctionVar_0, %FunctionVar_1)`); for `{add(a,b) at 6, add(c,d) at 7}` the parameters
@@ -98,7 +98,7 @@ impl std::error::Error for ExtractError {}
 
 type Result<T> = std::result::Result<T, ExtractError>;
 
-/// TVM's extraction walk over a sub-graph (collage-semantics §8.1).
+/// TVM's extraction walk over a sub-graph (docs/collage.md, "Extraction and rewriting").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Walk {
     /// The inside nodes in the order the walk first reaches them.

@@ -12,7 +12,7 @@ pub struct DataflowGraph<'m> {
     pub module: &'m Module,
     /// The indexed graph (post-DFS order, inputs and outputs).
     pub graph: Graph,
-    /// Single-node kind (collage-semantics §3.2).
+    /// Single-node kind (docs/collage.md, "Kinds and labels").
     pub kind: Vec<OpPattern>,
     /// Single-node label (`nn.relu`, `const`, `tuple`, `%x`, ...).
     pub label: Vec<String>,

@@ -3,10 +3,11 @@
 //!
 //! Input: a typed module, a function, a compiled [`Program`]. Output: for each target, its
 //! candidates (sub-graphs with nested function attributes), de-duplicated per target, in a
-//! deterministic order. Differences from TVM (collage-semantics §7, §21): combining runs to a
-//! real fixed point (every new union is combined again, Q1), the depth limit is the depth of
-//! the union (Q2), overlapping producers are skipped rather than aborting (Q3), candidates carry
-//! their target and equality includes it and the nested attributes (Q6).
+//! deterministic order. Differences from TVM (docs/collage.md, "Quirks of TVM's prototype"):
+//! combining runs to a real fixed point (every new union is combined again, quirk-1), the depth
+//! limit is the depth of the union (quirk-2), overlapping producers are skipped rather than
+//! aborting (quirk-3), candidates carry their target and equality includes it and the nested
+//! attributes (quirk-6).
 
 mod combine;
 mod egraph;
@@ -27,7 +28,7 @@ use std::collections::HashSet;
 use subgraph::nest_labels;
 
 /// The bounds of enumeration: depth limits used where a rule or target does not set one
-/// (collage-semantics Q15: TVM has no defaults; ours are 8 and 8), and limits on the e-graph and
+/// (TVM has none, docs/collage.md quirk-15; ours are 8 and 8), and limits on the e-graph and
 /// on each target's candidates, so that no rules file can make enumeration grow without bound.
 /// Reaching one of the latter is an error ([`LimitError`]), never a silently smaller search
 /// space.

@@ -1,5 +1,5 @@
-//! Sub-graphs of a dataflow graph (collage-semantics §4): the inside set and the entry, exit,
-//! input and output sets derived from it, depth, kind and label, validity under a
+//! Sub-graphs of a dataflow graph (docs/collage.md, "Sub-graphs"): the inside set and the
+//! entry, exit, input and output sets derived from it, depth, kind and label, validity under a
 //! [`SubGraphConfig`], touching, disjoint union and nesting with function attributes.
 
 use super::graph::DataflowGraph;
@@ -37,7 +37,7 @@ pub struct SubGraph {
 
 impl PartialEq for SubGraph {
     /// Equal inside sets and pairwise-equal nested sub-graphs *with* equal attributes (unlike
-    /// TVM, which ignores the attributes, semantics Q6).
+    /// TVM, which ignores the attributes, docs/collage.md quirk-6).
     fn eq(&self, other: &SubGraph) -> bool {
         self.inside == other.inside && self.nested == other.nested
     }
@@ -57,7 +57,7 @@ impl std::hash::Hash for SubGraph {
 }
 
 impl SubGraph {
-    /// The sub-graph with the given inside set, kind computed from its nodes (§3.3).
+    /// The sub-graph with the given inside set, kind computed from its nodes (docs/collage.md).
     pub fn new(g: &DataflowGraph<'_>, inside: IndexSet) -> SubGraph {
         let mut kind = OpPattern::ElemWise;
         let mut labels: Vec<&str> = Vec::new();
@@ -146,8 +146,8 @@ impl SubGraph {
             .then_with(|| self.inside.cmp(&other.inside))
     }
 
-    /// Whether the sub-graph is valid under the configuration (§4.4). `max_depth` of `None`
-    /// means unlimited.
+    /// Whether the sub-graph is valid under the configuration (docs/collage.md). `max_depth` of
+    /// `None` means unlimited.
     pub fn is_valid(&self, g: &DataflowGraph<'_>, config: &SubGraphConfig) -> bool {
         self.is_valid_but_convexity(g, config) && self.is_convex(g)
     }
@@ -199,8 +199,8 @@ impl SubGraph {
             .any(|o| g.downstream[o].intersects(&other.entry))
     }
 
-    /// Whether `self` (upstream) and `other` (downstream) touch (§4.5): disjoint, some output of
-    /// `self` is an entry of `other`, and neither flows back into the other.
+    /// Whether `self` (upstream) and `other` (downstream) touch (docs/collage.md): disjoint, some
+    /// output of `self` is an entry of `other`, and neither flows back into the other.
     pub fn touches(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> bool {
         self.inside.is_disjoint(&other.inside)
             && self.output.intersects(&other.entry)
@@ -223,7 +223,7 @@ impl SubGraph {
         }
     }
 
-    /// The disjoint union (§4.6): the larger kind, labels joined in union order, nested
+    /// The disjoint union (docs/collage.md): the larger kind, labels joined in union order, nested
     /// sub-graphs merged where trivially unionable. Returns `None` if the insides overlap.
     pub fn disjoint_union(&self, g: &DataflowGraph<'_>, other: &SubGraph) -> Option<SubGraph> {
         if self.inside.intersects(&other.inside) {

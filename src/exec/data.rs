@@ -13,7 +13,7 @@
 //! every element is independent of how the work is split across threads and of the order in
 //! which tensors are made.
 
-use crate::backend::ConstantSource;
+use crate::exec::kernel::ConstantSource;
 use crate::exec::tensor::{is_f32_family, Shape, Tensor};
 use crate::ir::{
     AttrValue, Callee, Constant, DType, DTypeCode, Expr, ExprId, Module, Scalar, VarId,

@@ -14,10 +14,12 @@
 //! next one. The inline operator calls of `@main` are grouped by a [`Grouping`]; without one
 //! each operator call is its own kernel.
 
-use crate::backend::reference::{self, Reference};
-use crate::backend::{Backend, Backends, ConstantSource, Group, RunCx, Unit, Unsupported};
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::exec::program::{Buffers, Compiled, KernelRecord, MemCounter, Policy, Program, Region};
+use crate::exec::kernel::{
+    Backend, Backends, Buffers, ConstantSource, Group, MemCounter, RunCx, Unit, Unsupported,
+};
+use crate::exec::program::{Compiled, KernelRecord, Policy, Program, Region};
+use crate::exec::reference::{self, Reference};
 use crate::exec::tensor::{Shape, Tensor};
 use crate::exec::value::{flat_shapes, Value};
 use crate::ir::{ExprId, FuncId, Module, Type};
@@ -121,7 +123,7 @@ struct TopPolicy<'a> {
     opts: &'a Options,
     consts: &'a dyn ConstantSource,
     warnings: Vec<Diagnostic>,
-    functions: BTreeMap<FuncId, (Arc<dyn crate::backend::Kernel>, String)>,
+    functions: BTreeMap<FuncId, (Arc<dyn crate::exec::kernel::Kernel>, String)>,
 }
 
 impl TopPolicy<'_> {
@@ -510,11 +512,11 @@ mod tests {
     /// overwrite their outputs.
     struct Overwriting;
 
-    struct OverwritingKernel(Arc<dyn crate::backend::Kernel>);
+    struct OverwritingKernel(Arc<dyn crate::exec::kernel::Kernel>);
 
-    struct OverwritingPrepared(Box<dyn crate::backend::Prepared>);
+    struct OverwritingPrepared(Box<dyn crate::exec::kernel::Prepared>);
 
-    impl crate::backend::Backend for Overwriting {
+    impl crate::exec::kernel::Backend for Overwriting {
         fn name(&self) -> &str {
             "overwriting"
         }
@@ -528,28 +530,30 @@ mod tests {
             &self,
             unit: &Unit<'_>,
             consts: &dyn ConstantSource,
-        ) -> Result<Arc<dyn crate::backend::Kernel>, crate::backend::Unsupported> {
-            let k = crate::backend::reference::Reference.compile(unit, consts)?;
+        ) -> Result<Arc<dyn crate::exec::kernel::Kernel>, crate::exec::kernel::Unsupported>
+        {
+            let k = crate::exec::reference::Reference.compile(unit, consts)?;
             Ok(Arc::new(OverwritingKernel(k)))
         }
     }
 
-    impl crate::backend::Kernel for OverwritingKernel {
+    impl crate::exec::kernel::Kernel for OverwritingKernel {
         fn prepare(
             &self,
             consts: &[Option<Arc<Tensor>>],
-        ) -> Result<Box<dyn crate::backend::Prepared>, crate::backend::Unsupported> {
+        ) -> Result<Box<dyn crate::exec::kernel::Prepared>, crate::exec::kernel::Unsupported>
+        {
             Ok(Box::new(OverwritingPrepared(self.0.prepare(consts)?)))
         }
     }
 
-    impl crate::backend::Prepared for OverwritingPrepared {
+    impl crate::exec::kernel::Prepared for OverwritingPrepared {
         fn run(
             &self,
             inputs: &[Arc<Tensor>],
             outputs: &mut [Tensor],
             cx: &RunCx<'_>,
-        ) -> Result<(), crate::backend::RunError> {
+        ) -> Result<(), crate::exec::kernel::RunError> {
             self.0.run(inputs, outputs, cx)
         }
         fn overwrites_outputs(&self) -> bool {

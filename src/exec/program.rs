@@ -18,8 +18,8 @@
 //! **Memory plan.** For each slot the last step that reads it is computed (a read inside a
 //! branch counts as a read by the `if` step); the slot is emptied right after that step, so a
 //! tensor is freed as soon as nothing reads it any more. Tensors are shared through `Arc`, so a
-//! tensor lives until its last slot is emptied. The [`MemCounter`] counts the bytes of tensors
-//! the steps create and frees them when their last slot is emptied; its peak is what
+//! tensor lives until its last slot is emptied. The run's [`MemCounter`] counts the bytes of
+//! tensors the steps create and frees them when their last slot is emptied; its peak is what
 //! `collage run` reports (plus the inputs and weights).
 //!
 //! **Storage reuse.** A tensor freed by the memory plan gives its storage to the run's
@@ -27,124 +27,22 @@
 //! ([`Prepared::overwrites_outputs`]) gets its outputs on reused storage of the same size
 //! instead of freshly zeroed memory. Zeroing and first-touch page faults cost about a tenth of
 //! resnet50's run time on generated code.
+//!
+//! [`MemCounter`]: super::kernel::MemCounter
+//! [`Buffers`]: super::kernel::Buffers
 
-use crate::backend::{ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unsupported};
-use crate::exec::tensor::{Shape, Storage, Tensor};
+use crate::exec::kernel::{
+    function_name, ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
+};
+use crate::exec::tensor::{Shape, Tensor};
 use crate::exec::value::{flat_shapes, Value};
 use crate::ir::{Callee, Expr, ExprId, FuncId, Module, Type, VarId};
 use crate::source::Span;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// How deeply `if` expressions may nest in one function.
 pub const MAX_IF_DEPTH: usize = 256;
-
-/// The name of a global function, if `func` is one.
-pub fn function_name(m: &Module, func: FuncId) -> Option<&str> {
-    m.defs
-        .iter()
-        .find(|(_, f)| *f == func)
-        .map(|(g, _)| m.globals[g.index()].name.as_str())
-}
-
-/// Storage of freed tensors, by size in lines, for the outputs of kernels that overwrite them.
-/// It keeps only storage of the sizes such outputs have ([`Buffers::for_sizes`]; none for
-/// [`Buffers::default`]), so storage that nothing would reuse goes back to the allocator at
-/// once, and at most [`Buffers::LIMIT`] bytes; an executable keeps one across its runs.
-#[derive(Debug, Default)]
-pub struct Buffers {
-    free: Mutex<FreeList>,
-    /// The sizes kept, in lines.
-    wanted: BTreeSet<usize>,
-}
-
-/// Freed storage by size in lines, and the bytes it holds.
-type FreeList = (BTreeMap<usize, Vec<Storage>>, usize);
-
-impl Buffers {
-    /// The most bytes kept.
-    pub const LIMIT: usize = 1 << 30;
-
-    /// Buffers that keep storage of `wanted` sizes (in lines) only.
-    pub fn for_sizes(wanted: BTreeSet<usize>) -> Buffers {
-        Buffers {
-            free: Mutex::default(),
-            wanted,
-        }
-    }
-
-    /// Keeps `storage` for reuse (dropped when no output has its size, or when the limit would
-    /// be passed).
-    pub fn put(&self, storage: Storage) {
-        let bytes = storage.as_bytes().len();
-        if bytes == 0 || !self.wanted.contains(&storage.lines()) {
-            return;
-        }
-        let mut g = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if g.1 + bytes > Buffers::LIMIT {
-            return;
-        }
-        g.1 += bytes;
-        g.0.entry(storage.lines()).or_default().push(storage);
-    }
-
-    /// Storage of exactly `n` lines, if some was freed.
-    pub fn take(&self, n: usize) -> Option<Storage> {
-        let mut g = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let list = g.0.get_mut(&n)?;
-        let w = list.pop()?;
-        if list.is_empty() {
-            g.0.remove(&n);
-        }
-        g.1 -= n * crate::exec::tensor::ALIGN;
-        Some(w)
-    }
-
-    /// Bytes kept.
-    pub fn bytes(&self) -> usize {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).1
-    }
-}
-
-/// Bytes of live tensors and their peak.
-#[derive(Debug, Default)]
-pub struct MemCounter {
-    live: AtomicI64,
-    peak: AtomicI64,
-}
-
-impl MemCounter {
-    /// A counter starting at `base` bytes (inputs and weights).
-    pub fn new(base: u64) -> MemCounter {
-        let b = base as i64;
-        MemCounter {
-            live: AtomicI64::new(b),
-            peak: AtomicI64::new(b),
-        }
-    }
-
-    /// Counts `bytes` more live bytes.
-    pub fn alloc(&self, bytes: usize) {
-        let now = self.live.fetch_add(bytes as i64, Ordering::Relaxed) + bytes as i64;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// Counts `bytes` fewer live bytes.
-    pub fn free(&self, bytes: usize) {
-        self.live.fetch_sub(bytes as i64, Ordering::Relaxed);
-    }
-
-    /// The largest number of live bytes seen.
-    pub fn peak(&self) -> u64 {
-        self.peak.load(Ordering::Relaxed).max(0) as u64
-    }
-
-    /// The current number of live bytes.
-    pub fn live(&self) -> u64 {
-        self.live.load(Ordering::Relaxed).max(0) as u64
-    }
-}
 
 /// A slot holding one value while a program runs.
 pub type Slot = u32;
@@ -389,7 +287,7 @@ impl Program {
     }
 
     /// The sizes (in lines) of the outputs of kernel steps that overwrite their outputs
-    /// (branches included): the storage worth keeping for reuse ([`Buffers::for_sizes`]).
+    /// (branches included): the storage worth keeping for reuse ([`Buffers::for_sizes`](super::kernel::Buffers::for_sizes)).
     pub fn reused_output_sizes(&self) -> BTreeSet<usize> {
         let mut out = BTreeSet::new();
         for k in self.kernel_steps() {
@@ -651,7 +549,7 @@ fn step_defs(k: &StepKind) -> Vec<Slot> {
 /// The groups of a region as kernel units: members sorted, inputs (values read from outside,
 /// in order of first use) and outputs (members used outside, or results of the region). This
 /// is exactly what lowering compiles, so a backend can compile the units ahead
-/// ([`crate::backend::Backend::precompile`]).
+/// ([`Backend::precompile`](super::kernel::Backend::precompile)).
 pub fn group_units(
     m: &Module,
     region: &Region,
@@ -1074,7 +972,7 @@ impl<'a> Lowerer<'a> {
     ) -> Result<(), Unsupported> {
         let m = self.m;
         let compiled = self.policy.compile_group(m, group)?;
-        let label = crate::backend::Unit::Group { module: m, group }.describe();
+        let label = Unit::Group { module: m, group }.describe();
         let label = label
             .strip_prefix("operator `")
             .and_then(|s| s.strip_suffix('`'))
@@ -1150,48 +1048,5 @@ impl<'a> Lowerer<'a> {
             frees: Vec::new(),
         });
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod buffer_tests {
-    use super::*;
-
-    #[test]
-    fn buffers_give_back_storage_of_the_size_asked_within_the_limit() {
-        let filled = |lines: usize, v: u8| {
-            let mut s = Storage::zeroed(lines).unwrap();
-            s.as_bytes_mut().fill(v);
-            s
-        };
-        let b = Buffers::for_sizes([4, 8, Buffers::LIMIT / 64, 1].into_iter().collect());
-        b.put(filled(4, 1));
-        b.put(filled(4, 2));
-        b.put(filled(8, 3));
-        b.put(Storage::zeroed(0).unwrap());
-        assert_eq!(b.bytes(), 16 * 64);
-        assert!(b.take(5).is_none());
-        assert_eq!(b.take(8), Some(filled(8, 3)));
-        assert!(b.take(4).is_some());
-        assert!(b.take(4).is_some());
-        assert!(b.take(4).is_none());
-        assert_eq!(b.bytes(), 0);
-        // Storage beyond the limit is dropped.
-        b.put(Storage::zeroed(Buffers::LIMIT / 64).unwrap());
-        b.put(filled(1, 0));
-        assert_eq!(b.bytes(), Buffers::LIMIT);
-    }
-
-    #[test]
-    fn buffers_keep_only_the_sizes_wanted() {
-        let b = Buffers::for_sizes([4].into_iter().collect());
-        b.put(Storage::zeroed(3).unwrap());
-        b.put(Storage::zeroed(5).unwrap());
-        assert_eq!(b.bytes(), 0);
-        b.put(Storage::zeroed(4).unwrap());
-        assert_eq!(b.bytes(), 4 * 64);
-        let none = Buffers::default();
-        none.put(Storage::zeroed(4).unwrap());
-        assert_eq!(none.bytes(), 0);
     }
 }

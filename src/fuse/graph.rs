@@ -1,5 +1,5 @@
 //! The forward graph FuseOps partitions: TVM's Relay `IndexedForwardGraph` builder
-//! (`IndexedForwardGraphCreator` in `fuse_ops.cc`; reference/fuse-ops.md §2.2).
+//! (`IndexedForwardGraphCreator` in `fuse_ops.cc`; docs/fuse.md, "The forward graph").
 //!
 //! This is **not** the Collage [`crate::dataflow::Graph`]: operators, globals and function
 //! literals get no node, edges carry a pattern kind, and some values are marked `extern_ref`.

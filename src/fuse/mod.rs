@@ -1,18 +1,18 @@
 //! TVM's greedy operator fusion ("FuseOps") for Relay, reproduced faithfully: the baseline
-//! `collage fuse` prints and the partitioner compares against (reference/fuse-ops.md).
+//! `collage fuse` prints and the partitioner compares against (docs/fuse.md).
 //!
 //! Three stages, one submodule each:
 //!
-//! 1. [`graph`]: the Relay forward-graph builder (§2.2). Nodes in TVM's post-DFS order, pattern
+//! 1. [`graph`]: the Relay forward-graph builder. Nodes in TVM's post-DFS order, pattern
 //!    kinds on nodes and edges, `extern_ref` flags. It is *not* [`crate::dataflow::Graph`].
-//! 2. [`postdom`]: the post-dominator tree with its folded dom patterns (§3).
+//! 2. [`postdom`]: the post-dominator tree with its folded dom patterns.
 //! 3. [`partition`]: the `GraphPartitioner` union–find with phases 0, 1 and 2, the path
-//!    conditions, `CommitFuse`/`MergeFromTo` and the size limit with its quirks (§4).
+//!    conditions, `CommitFuse`/`MergeFromTo` and the size limit with its quirks.
 //!
 //! Scope and choices:
 //!
 //! * The fusion level is TVM's default (`opt_level` ≥ 1); level 0 (no fusion) is not offered.
-//! * The function-argument limit (§4.8) is not implemented: it only applies to targets that
+//! * The function-argument limit is not implemented: it only applies to targets that
 //!   declare `max_function_args` > 0 (OpenCL, Metal), and the targets of interest declare 0.
 //! * The result depends only on the post-DFS order, node and edge kinds and extern flags, all of
 //!   which come from vectors; no hash map is iterated, so output is deterministic.

@@ -1,5 +1,5 @@
 //! TVM's `GraphPartitioner`: greedy fusion over the post-dominator tree
-//! (reference/fuse-ops.md §4).
+//! (docs/fuse.md, "The partitioner").
 //!
 //! Groups are a union–find forest with one element per graph node ([`Groups`]). Merging is
 //! **directed**: the child's root goes under the target's root, never by rank or size, because
@@ -26,7 +26,7 @@
 //! The size limit (`max_fuse_depth`, a node count despite its name) is checked with
 //! [`Partitioner::count_fused_nodes_with_new_child`], which reproduces TVM's quirks: it reads
 //! each node's *own* element count (stale for absorbed nodes) and counts nodes already in the
-//! ipdom's group twice. TVM's Relay argument limit (`max_function_args`, §4.8) is not
+//! ipdom's group twice. TVM's Relay argument limit (`max_function_args`) is not
 //! implemented: it is disabled (0) for every target except OpenCL and Metal.
 //!
 //! Every graph search (path check, commit, size count) uses an explicit stack and a visited set
@@ -131,7 +131,8 @@ impl Groups {
     }
 }
 
-/// A CheckPath condition on the **group** kind of each node reached (§4.5).
+/// A CheckPath condition on the **group** kind of each node reached (docs/fuse.md, "The
+/// partitioner").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cond {
     /// OutEWiseFusable source: every node, sink included, ≤ Broadcast.

@@ -1,4 +1,4 @@
-//! The post-dominator tree of a [`ForwardGraph`] (reference/fuse-ops.md §3).
+//! The post-dominator tree of a [`ForwardGraph`] (docs/fuse.md).
 //!
 //! One tree node per graph node. A node's parent is its immediate post-dominator (ipdom), the
 //! nearest node every forward path from it passes through; its `pattern` (the *dom pattern*) is

@@ -7,7 +7,7 @@
 //! favours the kernels that read the most memory, the ones the caches help most.
 //!
 //! Before each timed call, [`evict`] writes back and invalidates, line by line, every buffer
-//! the candidate's executable keeps between calls ([`crate::backend::Prepared::resident`]):
+//! the candidate's executable keeps between calls ([`crate::exec::kernel::Prepared::resident`]):
 //! TVM's `cache_flush_cpu_non_first_arg` does the same for the arguments of a tuned kernel
 //! (all but its first, the input). Inputs stay warm, as inside a model an input has usually
 //! just been written by the kernel before; so do the code and the executor's own data, which

@@ -25,10 +25,10 @@ pub mod priority;
 pub mod protocol;
 pub mod setup;
 
-use crate::backend::Unit;
 use crate::cost::{Cost, Estimate, Estimator, Request};
 use crate::exec::data::Weights;
 use crate::exec::executor::{self, Executable};
+use crate::exec::kernel::Unit;
 use crate::exec::tensor::Tensor;
 use crate::ir::{Callee, Expr, ExprId, Module};
 use crate::ruletree::Target;
@@ -319,7 +319,7 @@ impl Measure {
 /// The constants of several modules, each from its own module's weights.
 struct Consts<'w>(Vec<(usize, crate::exec::data::ModuleWeights<'w>)>);
 
-impl crate::backend::ConstantSource for Consts<'_> {
+impl crate::exec::kernel::ConstantSource for Consts<'_> {
     fn constant(&self, m: &Module, e: ExprId) -> Result<Arc<Tensor>, String> {
         let at = m as *const Module as usize;
         match self.0.iter().find(|(p, _)| *p == at) {

@@ -3,7 +3,8 @@
 //! Linux groups processes by session ("autogroups") and shares the CPUs fairly between the
 //! groups first. A build in another session then keeps a whole core even at `nice 19`, and a
 //! kernel timed on two threads gets about one core: its threads wait for each other at every
-//! barrier, and times come out quantised to the scheduler's slices (cpu-backends pitfall P1).
+//! barrier, and times come out quantised to the scheduler's slices (docs/measure.md, "On a
+//! shared machine").
 //! Writing a negative nice value to `/proc/self/autogroup` gives this session's group more
 //! weight. It needs the right to raise priority (root, or `CAP_SYS_NICE`) and applies to the
 //! whole session, so it is opt-in (`--raise-priority`) and undone when the command ends.

@@ -1,6 +1,6 @@
 //! The timing protocol: how one compiled kernel (or one whole model) is timed.
 //!
-//! It follows TVM's `estimate_seconds` (cpu-backends reference §2) with a budget, because here
+//! It follows TVM's `estimate_seconds` (docs/collage.md, "Costs") with a budget, because here
 //! thousands of candidates are timed on a shared machine:
 //!
 //! 1. **First call**, untimed: lazy initialisation (JIT, first-time reorders, page faults of

@@ -10,8 +10,8 @@
 //!
 //! Backends plug in by name: [`Setup::new`] asks [`load`] for each compiler the rules mention.
 
-use crate::backend::{Backend, Backends};
 use crate::exec::executor::Options;
+use crate::exec::kernel::{Backend, Backends};
 use crate::ruletree::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ impl Setup {
     pub fn compile(
         &self,
         m: &crate::ir::Module,
-        consts: &dyn crate::backend::ConstantSource,
+        consts: &dyn crate::exec::kernel::ConstantSource,
     ) -> Result<crate::exec::executor::Executable, crate::diag::Diagnostics> {
         crate::exec::executor::compile_on(m, consts, &self.options(), self.pool.clone())
     }
@@ -106,7 +106,7 @@ impl Setup {
     pub fn compile_reference(
         &self,
         m: &crate::ir::Module,
-        consts: &dyn crate::backend::ConstantSource,
+        consts: &dyn crate::exec::kernel::ConstantSource,
     ) -> Result<crate::exec::executor::Executable, crate::diag::Diagnostics> {
         let opts = Options {
             threads: self.threads,
@@ -165,7 +165,7 @@ impl Setup {
         if compiler.is_none() {
             parts.push(format!(
                 "{} {}",
-                crate::backend::reference::NAME,
+                crate::exec::reference::NAME,
                 env!("CARGO_PKG_VERSION")
             ));
         }

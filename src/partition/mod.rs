@@ -1,5 +1,6 @@
 //! `collage partition`: enumerate candidates, price them, search for the cheapest cover,
-//! coalesce and rewrite (collage-semantics §10–§16, with BRIEF's corrections).
+//! coalesce and rewrite (docs/partition.md; TVM's behaviour and where ours differs in
+//! docs/collage.md).
 //!
 //! * Every BYOC target's greedy `partition_for_X`-style regions ([`greedy`]) are grown within
 //!   the target's limits (depth, exits, taps: [`crate::enumerate::target_limits`]), so its
@@ -207,7 +208,7 @@ pub fn partition(
 
 /// Whether a candidate may run where the devices were planned: the host runs no kernels and
 /// may take anything; any other target's device must refine the planned device of every node
-/// the candidate covers (collage-semantics §10, device-planning §6).
+/// the candidate covers (docs/partition.md, step 2; docs/devices.md).
 pub fn device_allows(
     g: &DataflowGraph<'_>,
     program: &Program,

@@ -1,9 +1,9 @@
 //! The analytic cost blocks of the CPU targets (`tvm_cpu`, `dnnl`, `openblas`) describe this
-//! machine: for every kernel of the reference note's micro-benchmark table
-//! (`tests/fixtures/cpu-costs/*.relay`: four dense layers, two batched attention GEMMs, four
+//! machine: for every micro-benchmark kernel (docs/backends.md, "The micro-benchmark kernels";
+//! `tests/fixtures/cpu-costs/*.relay`: four dense layers, two batched attention GEMMs, four
 //! convolutions, GPT-2's GELU tail and its decomposed layer norm), the analytic estimate of each
 //! target's candidate covering the whole kernel is within a factor of the time measured on this
-//! machine with 2 threads (the figures below, from the note's §0 table; docs/backends.md), and
+//! machine with 2 threads (the figures below, from the table of docs/backends.md), and
 //! the targets are ranked as the measurements rank them.
 
 use crate::support::{load_ok, root};
@@ -11,7 +11,7 @@ use collage::cost::{Estimator, Request};
 use collage::enumerate::{DataflowGraph, Limits};
 
 /// Measured median seconds per call, 2 threads, per target (`None`: the target does not run
-/// the kernel, or the note has no figure for it).
+/// the kernel, or the micro-benchmarks have no figure for it).
 struct Kernel {
     file: &'static str,
     tvm_cpu: Option<f64>,
@@ -21,7 +21,7 @@ struct Kernel {
 
 const MS: f64 = 1e-3;
 
-/// The note's 2-thread figures: `gcc` loops for `tvm_cpu` (D2 has no gcc figure; D3 is its
+/// The micro-benchmarks' 2-thread figures: `gcc` loops for `tvm_cpu` (D2 has no gcc figure; D3 is its
 /// single-thread 47 ms halved, as D1 scaled 192 -> 103 ms), oneDNN with its own layouts for
 /// `dnnl`, OpenBLAS for `openblas` (B1/B2: its single-thread loop of sgemm, 1.01 and 1.24 ms,
 /// split over 2 threads as the backend does; D4: `cblas_sgemv`, which the backend uses for one

@@ -1,14 +1,15 @@
-//! Candidate enumeration (`src/enumerate`) against TVM's component tests
-//! (`../shared/reference/collage-component-tests.md`, relative to the repository), driven by the fixtures in
+//! Candidate enumeration (`src/enumerate`) against TVM's component tests (described in
+//! docs/collage.md, "TVM's component tests that ours mirror"), driven by the fixtures in
 //! `tests/fixtures/enumerate/`.
 //!
 //! * Section C (`partition_rule_test.cc`): every scenario C1..C14 is a `.rules` file holding
 //!   exactly the scenario's rule tree, run on the scenario's model; the test asserts the exact
 //!   set of candidate inside sets (TVM's post-DFS indices, which [`DataflowGraph`] reproduces:
-//!   each test checks a few node labels first). Where we deliberately differ from TVM (Q1: a
-//!   real fixed point; Q2: the depth of the union, not the sum of depths; Q3: overlapping
-//!   producers are skipped), the test asserts our result and says exactly why it differs. Two
-//!   extra scenarios exercise Q2 and Q3 where TVM's results would differ (or abort).
+//!   each test checks a few node labels first). Where we deliberately differ from TVM (quirk-1:
+//!   a real fixed point; quirk-2: the depth of the union, not the sum of depths; quirk-3:
+//!   overlapping producers are skipped), the test asserts our result and says exactly why it
+//!   differs. Two extra scenarios exercise quirk-2 and quirk-3 where TVM's results would differ
+//!   (or abort).
 //! * Section B (`test_sub_graph.py`, `PartitionForTesting`): the parts that can be checked on a
 //!   [`SubGraph`], i.e. entry, exit, input and output sets, depth and validity. The rewritten
 //!   programs each B test expects are checked in `extract.rs`.
@@ -20,7 +21,7 @@
 //!   candidates. Not expressible, by TVM's design as well as ours: groups holding a projection
 //!   without the producer of its tuple (`{%bn.0, nn.relu}`, `{%split.1, reshape}`), and a tuple
 //!   with a field from outside the group; they are counted, not checked.
-//! * Q6: the same sub-graph offered by two targets gives two distinct candidates.
+//! * quirk-6: the same sub-graph offered by two targets gives two distinct candidates.
 //! * Snapshots of `collage candidates` on mnist, one per shipped target, reviewed by hand.
 
 use crate::support::{load_ok, root};
@@ -205,11 +206,11 @@ const C8_TVM: &[&[usize]] = &[
     &[21, 23, 24],
 ];
 
-/// The two A->B unions TVM misses because of Q1 (its combiner skips an *old* upstream paired
+/// The two A->B unions TVM misses because of quirk-1 (its combiner skips an *old* upstream paired
 /// with a *new* downstream): {11} is a round-0 singleton, {23,24} and {11,23,24} are only formed
 /// in later rounds, so {11} x {23,24} and {21} x {11,23,24} are never tried. Both are legal
 /// A->B unions of touching candidates within the depth limit (depths 2 and 3).
-const Q1_UNIONS: &[&[usize]] = &[&[11, 23, 24], &[11, 21, 23, 24]];
+const QUIRK1_UNIONS: &[&[usize]] = &[&[11, 23, 24], &[11, 21, 23, 24]];
 
 fn concat(parts: &[&[&'static [usize]]]) -> Vec<&'static [usize]> {
     parts.iter().flat_map(|p| p.iter().copied()).collect()
@@ -331,13 +332,13 @@ fn c08_combine_by_kind() {
     let (m, p) = scenario("gpt2_extract_ops", "c08-combine-by-kind");
     let g = graph(&m);
     assert_labels(&g, OPS_LABELS);
-    // DIFFERS FROM THE REFERENCE (deliberately, BRIEF.md Q1): TVM lists 29 candidates; we also
-    // have {11,23,24} and {11,21,23,24}, the unions the reference names as "notably absent
-    // because of Q1" (see `Q1_UNIONS`). Q2 changes nothing here: every union within depth 3
+    // DIFFERS FROM TVM (deliberately, quirk-1): TVM lists 29 candidates; we also have
+    // {11,23,24} and {11,21,23,24}, the unions its test expects to be absent because of
+    // quirk-1 (see `QUIRK1_UNIONS`). quirk-2 changes nothing here: every union within depth 3
     // can also be built from a pair whose depths sum to at most 3.
     // Still absent, as in TVM: {8,9} (reshape is I > B, so it is never a downstream), the
     // cyclic {9,18}, and anything deeper than 3 such as {9,15,17,18}.
-    assert_insides(&candidates(&g, &p), &concat(&[C8_TVM, Q1_UNIONS]));
+    assert_insides(&candidates(&g, &p), &concat(&[C8_TVM, QUIRK1_UNIONS]));
 }
 
 #[test]
@@ -417,8 +418,8 @@ fn c12_combine_mixed() {
         &[7, 8, 9, 11],
         &[7, 8, 9, 15],
     ];
-    // DIFFERS FROM THE REFERENCE (deliberately, BRIEF.md Q1): we also have the five unions the
-    // reference lists as "notably absent, because of Q1":
+    // DIFFERS FROM TVM (deliberately, quirk-1): we also have the five unions its test expects
+    // to be absent because of quirk-1:
     // * {6,7,8} = {6} x {7,8} (A->B): {7,8} is made by the Constant rule in round 1, when {6}
     //   is already old;
     // * {8,9,11,15} = {8} x {9,11,15} (B->R) and {7,8,9,11,15} = {7,8} x {9,11,15} (B->R):
@@ -426,10 +427,10 @@ fn c12_combine_mixed() {
     // * {11,23,24} and {11,21,23,24} as in C8.
     // Still absent: {6,8,9} (no rule joins an A-kind upstream with an I-kind downstream), and
     // anything deeper than 3 such as {8,9,15,17}.
-    let q1: &[&[usize]] = &[&[6, 7, 8], &[8, 9, 11, 15], &[7, 8, 9, 11, 15]];
+    let quirk1: &[&[usize]] = &[&[6, 7, 8], &[8, 9, 11, 15], &[7, 8, 9, 11, 15]];
     assert_insides(
         &candidates(&g, &p),
-        &concat(&[C8_TVM, tvm_extra, q1, Q1_UNIONS]),
+        &concat(&[C8_TVM, tvm_extra, quirk1, QUIRK1_UNIONS]),
     );
 }
 
@@ -459,7 +460,7 @@ fn c13_only_valid() {
         &[21, 23],
         &[23, 24],
     ];
-    // DIFFERS FROM THE REFERENCE (deliberately, BRIEF.md Q1): C8's extra {11,23,24} survives
+    // DIFFERS FROM TVM (deliberately, quirk-1): C8's extra {11,23,24} survives
     // (depth 2, one exit at 24, no tap); {11,21,23,24} is removed for depth 3 like the triples.
     // The reshape-rooted sets are removed for having several exits, as in TVM.
     assert_insides(&candidates(&g, &p), &concat(&[tvm, &[&[11, 23, 24]]]));
@@ -489,17 +490,17 @@ fn c14_host() {
     );
 }
 
-/// Q2: the depth limit applies to the union, not to the sum of the two sides' depths.
+/// quirk-2: the depth limit applies to the union, not to the sum of the two sides' depths.
 #[test]
-fn q2_depth_of_the_union() {
-    let (m, p) = scenario("q2-fan-out", "q2-fan-out");
+fn quirk2_depth_of_the_union() {
+    let (m, p) = scenario("quirk-2-fan-out", "quirk-2-fan-out");
     let g = graph(&m);
     assert_labels(
         &g,
         &[(4, "nn.dense"), (5, "nn.relu"), (7, "abs"), (8, "tuple")],
     );
     let cands = candidates(&g, &p);
-    // DIFFERS FROM TVM (deliberately, BRIEF.md Q2): {4,5,7} has depth 2 (4 -> 5 and 4 -> 7),
+    // DIFFERS FROM TVM (deliberately, quirk-2): {4,5,7} has depth 2 (4 -> 5 and 4 -> 7),
     // within the limit, but it can only be built as {4,5} x {7} or {4,7} x {5}, whose depths
     // sum to 3 > 2, so TVM never forms it. TVM would list only the other five.
     assert_insides(&cands, &[&[4], &[5], &[7], &[4, 5], &[4, 7], &[4, 5, 7]]);
@@ -510,16 +511,19 @@ fn q2_depth_of_the_union() {
     assert_eq!(fan.sub_graph.depth, 2);
 }
 
-/// Q3: overlapping producers in the tuple-argument combiner are skipped, not fatal.
+/// quirk-3: overlapping producers in the tuple-argument combiner are skipped, not fatal.
 #[test]
-fn q3_overlapping_producers_are_skipped() {
-    let (m, p) = scenario("q3-overlapping-producers", "q3-overlapping-producers");
+fn quirk3_overlapping_producers_are_skipped() {
+    let (m, p) = scenario(
+        "quirk-3-overlapping-producers",
+        "quirk-3-overlapping-producers",
+    );
     let g = graph(&m);
     assert_labels(
         &g,
         &[(3, "abs"), (5, "nn.relu"), (6, "tuple"), (7, "concatenate")],
     );
-    // DIFFERS FROM TVM (deliberately, BRIEF.md Q3): field 0 (abs) is produced by {3} and
+    // DIFFERS FROM TVM (deliberately, quirk-3): field 0 (abs) is produced by {3} and
     // {3,5}, field 1 (relu) by {5} and {3,5}. TVM's cross product includes ({3}, {3,5}) and
     // aborts on DisjointUnion's disjointness ICHECK. We skip the overlapping combinations and
     // keep the one disjoint union ({3}, {5}).
@@ -529,11 +533,11 @@ fn q3_overlapping_producers_are_skipped() {
     );
 }
 
-/// Q6: candidates carry their target, and equality includes it. `tvm` and `tvm_cpu` share a
+/// quirk-6: candidates carry their target, and equality includes it. `tvm` and `tvm_cpu` share a
 /// rule tree, so they have the same sub-graphs; TVM's equality (sub-graph only) would merge
 /// them in its seen sets, ours keeps one candidate per target.
 #[test]
-fn q6_equal_sub_graphs_of_different_targets_stay_distinct() {
+fn quirk6_equal_sub_graphs_of_different_targets_stay_distinct() {
     let program = library();
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let g = graph(&m);
@@ -563,7 +567,8 @@ fn q6_equal_sub_graphs_of_different_targets_stay_distinct() {
 // expect are checked in `extract.rs`.
 
 pub(crate) fn config(max_exits: u32, allow_taps: bool) -> SubGraphConfig {
-    // `PartitionForTesting` validates with max_depth = 0, i.e. unlimited (collage-semantics §17).
+    // `PartitionForTesting` validates with no depth limit (docs/collage.md, "Extraction and
+    // rewriting").
     SubGraphConfig {
         max_depth: None,
         max_exits,
@@ -772,7 +777,8 @@ fn b8_labels_direct_connection() {
     assert_eq!(members(&a.exit), [7]);
     assert_eq!(members(&b.entry), [8, 9]);
     assert_eq!(members(&b.exit), [10]);
-    // A nested sub-graph that is not a subset of the whole is invalid (§4.4 check 4).
+    // A nested sub-graph that is not a subset of the whole is invalid (docs/collage.md,
+    // "Validity", check 4).
     let outside = vec![composite(&g, &[3, 4], "a")];
     let bad = SubGraph::with(
         &g,
@@ -783,7 +789,7 @@ fn b8_labels_direct_connection() {
     );
     assert!(!bad.is_valid(&g, &config(0, true)));
     // Overlapping nested sub-graphs are invalid. TVM intends this check but never performs it
-    // (Q5: `union_inside` is never updated); ours does.
+    // (quirk-5: `union_inside` is never updated); ours does.
     let overlapping = vec![composite(&g, &[4, 5], "a"), composite(&g, &[5, 6], "b")];
     let bad = SubGraph::with(
         &g,
@@ -911,7 +917,8 @@ struct Containment {
     missing: Vec<(usize, String)>,
 }
 
-/// Why a valid group cannot be a candidate of TVM's native rule tree (collage-semantics §9.2:
+/// Why a valid group cannot be a candidate of TVM's native rule tree (docs/collage.md, "Default
+/// rule trees, depth limits and fusion styles":
 /// `op_call_by_kind` grown with the FuseOps kind rules, `tuple_arg` and `tuple_proj`), or `None`.
 ///
 /// * A projection enters a candidate only through `tuple_proj`, together with the candidate
@@ -969,8 +976,8 @@ fn invalid_reason(g: &DataflowGraph<'_>, sg: &SubGraph, cfg: &SubGraphConfig) ->
 /// Mapping: every member expression is looked up in our [`DataflowGraph`]. Operator calls,
 /// tuples and projections are inside. Scalar constants are dropped: FuseOps fuses them into their
 /// consumer's group, while our sub-graphs treat them as inlinable (copied into the extracted
-/// function, never inside, never inputs; collage-semantics §3.5). Any other member (a variable,
-/// a tensor constant) would be a mapping failure and is reported as missing.
+/// function, never inside, never inputs; docs/collage.md, "Kinds and labels"). Any other member
+/// (a variable, a tensor constant) would be a mapping failure and is reported as missing.
 fn fuse_containment(name: &str, program: &Program) -> Containment {
     let m = load_ok(&root().join("tests/models").join(format!("{name}.relay")));
     let main = m.main().expect("a main function");

@@ -5,14 +5,14 @@
 //! an out-elementwise-fusable `nn.dense`, `concatenate` of a tuple, `split` with its
 //! projections, and shared subexpressions (an operand may be used several times, even twice by
 //! one call). On random subsets of nodes, everything `SubGraph` computes is compared with a
-//! brute-force definition written here from collage-semantics §4:
+//! brute-force definition written here from docs/collage.md, "Sub-graphs":
 //!
-//! * entry, exit, input and output sets (§4.2), computed directly from the graph's edges;
-//! * depth (§4.3): the longest path, counting nodes, from an entry to an exit through inside
-//!   nodes, by enumerating the paths;
-//! * validity (§4.4): exits counted, depth, one basic block, taps, and convexity by explicit
-//!   path search (invalid iff some path leaves the set and comes back in);
-//! * touching (§4.5) and the disjoint union (§4.6), including how nested wrappers merge.
+//! * entry, exit, input and output sets, computed directly from the graph's edges;
+//! * depth: the longest path, counting nodes, from an entry to an exit through inside nodes, by
+//!   enumerating the paths;
+//! * validity: exits counted, depth, one basic block, taps, and convexity by explicit path
+//!   search (invalid iff some path leaves the set and comes back in);
+//! * touching and the disjoint union, including how nested wrappers merge.
 //!
 //! The number of cases is `COLLAGE_PROP_CASES` (default 300).
 
@@ -220,14 +220,14 @@ pub(crate) fn load(text: &str) -> Module {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Brute-force definitions (collage-semantics §3.5, §4)
+// Brute-force definitions (docs/collage.md, "Kinds and labels" and "Sub-graphs")
 
 /// Facts about the graph computed independently of `SubGraph`.
 pub(crate) struct Facts {
     n: usize,
     inputs: Vec<Vec<usize>>,
     outputs: Vec<Vec<usize>>,
-    /// §3.5: operators, functions and rank-0 constants (all our constants are float32).
+    /// Inlinable: operators, functions and rank-0 constants (all our constants are float32).
     inlinable: Vec<bool>,
     /// The function node (the external root).
     root: usize,
@@ -370,7 +370,8 @@ fn brute_valid(f: &Facts, inside: &BTreeSet<usize>, b: &Brute, cfg: &SubGraphCon
     exits_ok && depth_ok && one_block && taps_ok && !has_cycle_through_outside(f, inside)
 }
 
-/// §4.5: disjoint, some output of `up` is an entry of `down`, and neither flows into the other.
+/// Touching: disjoint, some output of `up` is an entry of `down`, and neither flows into the
+/// other.
 fn brute_touches(f: &Facts, up: &BTreeSet<usize>, down: &BTreeSet<usize>) -> bool {
     let (bu, bd) = (brute(f, up), brute(f, down));
     let flows = |l: &Brute, r_inside: &BTreeSet<usize>, r: &Brute| {
@@ -518,7 +519,7 @@ proptest! {
         }
     }
 
-    /// `touches` and `disjoint_union` agree with §4.5 and §4.6.
+    /// `touches` and `disjoint_union` agree with the definitions of docs/collage.md.
     #[test]
     fn touching_and_union_match_brute_force(
         params in 1u8..=3,
@@ -624,7 +625,7 @@ proptest! {
                 if up.is_empty() || down.is_empty() {
                     continue;
                 }
-                // §4.6 nesting: `Primitive` wrappers merge into one nested sub-graph over the
+                // Nesting: `Primitive` wrappers merge into one nested sub-graph over the
                 // union; `Composite` wrappers never merge.
                 let prim = vec![("Primitive".to_string(), AttrValue::int(1))];
                 let pu = su

@@ -594,15 +594,15 @@ struct Picky {
 }
 
 struct Counted {
-    inner: Arc<dyn collage::backend::Kernel>,
+    inner: Arc<dyn collage::exec::kernel::Kernel>,
     prepared: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl collage::backend::Kernel for Counted {
+impl collage::exec::kernel::Kernel for Counted {
     fn prepare(
         &self,
         consts: &[Option<Arc<Tensor>>],
-    ) -> Result<Box<dyn collage::backend::Prepared>, collage::backend::Unsupported> {
+    ) -> Result<Box<dyn collage::exec::kernel::Prepared>, collage::exec::kernel::Unsupported> {
         // The weight is bound here, once per call site.
         assert!(consts.iter().any(Option::is_some));
         self.prepared
@@ -611,7 +611,7 @@ impl collage::backend::Kernel for Counted {
     }
 }
 
-impl collage::backend::Backend for Picky {
+impl collage::exec::kernel::Backend for Picky {
     fn name(&self) -> &str {
         "picky"
     }
@@ -623,20 +623,20 @@ impl collage::backend::Backend for Picky {
     }
     fn compile(
         &self,
-        unit: &collage::backend::Unit<'_>,
-        consts: &dyn collage::backend::ConstantSource,
-    ) -> Result<Arc<dyn collage::backend::Kernel>, collage::backend::Unsupported> {
-        use collage::backend::Unit;
+        unit: &collage::exec::kernel::Unit<'_>,
+        consts: &dyn collage::exec::kernel::ConstantSource,
+    ) -> Result<Arc<dyn collage::exec::kernel::Kernel>, collage::exec::kernel::Unsupported> {
+        use collage::exec::kernel::Unit;
         match unit {
             Unit::Group { .. } if unit.describe().contains("`add`") => Err(
-                collage::backend::Unsupported::op("picky does not add", None),
+                collage::exec::kernel::Unsupported::op("picky does not add", None),
             ),
-            Unit::Group { .. } => collage::backend::reference::Reference.compile(unit, consts),
+            Unit::Group { .. } => collage::exec::reference::Reference.compile(unit, consts),
             Unit::Function { .. } => {
                 self.compiled
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok(Arc::new(Counted {
-                    inner: collage::backend::reference::Reference.compile(unit, consts)?,
+                    inner: collage::exec::reference::Reference.compile(unit, consts)?,
                     prepared: self.prepared.clone(),
                 }))
             }
@@ -668,7 +668,7 @@ def @main(%x: Tensor[(2, 4), float32]) {
     };
     let (compiled, prepared) = (picky.compiled.clone(), picky.prepared.clone());
     let opts = Options {
-        backends: collage::backend::Backends {
+        backends: collage::exec::kernel::Backends {
             list: vec![Arc::new(picky)],
         },
         ..Options::default()

@@ -1,9 +1,11 @@
-//! Extraction and rewriting of sub-graphs (`collage::enumerate::extract`, collage-semantics §8).
+//! Extraction and rewriting of sub-graphs (`collage::enumerate::extract`; docs/collage.md,
+//! "Extraction and rewriting").
 //!
-//! * Section B of collage-component-tests.md (`PartitionForTesting`): each scenario's sub-graph
-//!   (with its composites, wrapped once more with `Compiler="foo"`) is rewritten in place when it
-//!   is valid under the scenario's config, and the result is compared structurally (bound
-//!   variables by position) with a hand-written expected program in `tests/fixtures/extract/`.
+//! * TVM's sub-graph tests B1-B9 (docs/collage.md; `PartitionForTesting`): each scenario's
+//!   sub-graph (with its composites, wrapped once more with `Compiler="foo"`) is rewritten in
+//!   place when it is valid under the scenario's config, and the result is compared
+//!   structurally (bound variables by position) with a hand-written expected program in
+//!   `tests/fixtures/extract/`.
 //!   Invalid runs leave the program unchanged, as in TVM; a cyclic sub-graph is an error.
 //! * Property: on random DAGs (the generator of `enumerate_props`), for random valid
 //!   sub-graphs, the rewritten program computes the same terms: symbolically evaluating it, with

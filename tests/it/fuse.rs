@@ -1,10 +1,11 @@
-//! `collage fuse`: TVM's greedy FuseOps partitioner (reference/fuse-ops.md).
+//! `collage fuse`: TVM's greedy FuseOps partitioner (docs/fuse.md).
 //!
-//! * The worked examples of §5 (fixtures in `tests/fixtures/fuse/`), checked against the graph,
-//!   post-dominator and group tables the reference derives by hand, including the size-limit
-//!   variants and the phase-by-phase behaviour of the tuple example.
-//! * The §5.4 consistency cases: graphs of TVM's own Relay fusion tests with their expected
-//!   partitions, plus the long-chain and chained-diamond size-limit tests.
+//! * The worked examples of docs/fuse.md (fixtures in `tests/fixtures/fuse/`), checked against
+//!   the graph, post-dominator and group tables derived from them by hand, including the
+//!   size-limit variants and the phase-by-phase behaviour of the tuple example.
+//! * The consistency cases (docs/fuse.md, "TVM's own fusion tests"): graphs of TVM's own Relay
+//!   fusion tests with their expected partitions, plus the long-chain and chained-diamond
+//!   size-limit tests.
 //! * Invariants on the 13 corpus models: every operator call is in exactly one group, groups are
 //!   disjoint, connected and convex.
 //! * Snapshots of the JSON and text output, and the command's exit codes.
@@ -116,7 +117,7 @@ fn graph_and_tree(m: &Module) -> (ForwardGraph, PostDomTree) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §5.1 Example A
+// Example A (docs/fuse.md)
 
 #[test]
 fn example_a_graph_and_tree_match_the_reference_tables() {
@@ -238,7 +239,7 @@ fn roots(groups: &mut Groups, n: usize) -> Vec<u32> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §5.2 Example B
+// Example B (docs/fuse.md)
 
 #[test]
 fn example_b_diamond_is_one_group() {
@@ -311,7 +312,7 @@ fn example_b_out_ewise_fusable_branch_blocks_the_source() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §5.3 Example C
+// Example C (docs/fuse.md)
 
 #[test]
 fn example_c_tuple_phases() {
@@ -372,7 +373,7 @@ fn example_c_tuple_phases() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §5.4 Consistency with TVM's own fusion tests
+// Consistency with TVM's own fusion tests (docs/fuse.md)
 
 #[test]
 fn tvm_conv2d_fuse_only_the_earlier_conv_joins_the_final_add() {

@@ -30,13 +30,13 @@ use collage::backend::dnnl::DnnlBackend;
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config as NativeConfig, Native};
 use collage::backend::openblas::OpenBlasBackend;
-use collage::backend::reference::Reference;
-use collage::backend::{Backend, Backends, ConstantSource, RunCx, Unit};
 use collage::enumerate::{extract, target_candidates, DataflowGraph, Limits};
 use collage::exec::compare;
 use collage::exec::data::Weights;
 use collage::exec::executor::{self, Options};
-use collage::exec::program::MemCounter;
+use collage::exec::kernel::MemCounter;
+use collage::exec::kernel::{Backend, Backends, ConstantSource, RunCx, Unit};
+use collage::exec::reference::Reference;
 use collage::exec::tensor::{Shape, Tensor};
 use collage::exec::value::flat_shapes;
 use collage::ir::{DType, Module};
@@ -1646,7 +1646,7 @@ fn openblas_kernels_run_safely_from_several_threads() {
         module: &m,
         func: m.def("part").unwrap(),
     };
-    let run = |p: &dyn collage::backend::Prepared| {
+    let run = |p: &dyn collage::exec::kernel::Prepared| {
         let mut out = [Tensor::zeros(DType::F32, &[n, n]).unwrap()];
         let mem = MemCounter::new(0);
         let cx = RunCx {
@@ -1657,7 +1657,7 @@ fn openblas_kernels_run_safely_from_several_threads() {
         let [o] = out;
         o
     };
-    let prepared: Vec<Box<dyn collage::backend::Prepared>> = [1, 2]
+    let prepared: Vec<Box<dyn collage::exec::kernel::Prepared>> = [1, 2]
         .iter()
         .map(|&t| {
             blas(t)

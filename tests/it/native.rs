@@ -5,9 +5,9 @@ use crate::exec_ops::{cases, tensor};
 use crate::support::{cache_dir, collage_in, load_text_ok, root};
 use collage::backend::native::grouping::FuseGrouping;
 use collage::backend::native::{Config, Native};
-use collage::backend::{Backend, Backends, ConstantSource, Unit};
 use collage::exec::data::{ModuleWeights, Weights};
 use collage::exec::executor::{self, Grouping, Options};
+use collage::exec::kernel::{Backend, Backends, ConstantSource, Unit};
 use collage::exec::program::{group_units, Region};
 use collage::exec::tensor::Tensor;
 use collage::ir::{DType, ExprId, Module};
@@ -106,7 +106,7 @@ fn operator_cases_run_as_generated_code() {
     let weights = Weights::new(0);
     let n = native(2);
     let grouping = FuseGrouping::default();
-    let groups: Vec<Vec<collage::backend::Group>> = modules
+    let groups: Vec<Vec<collage::exec::kernel::Group>> = modules
         .iter()
         .map(|m| {
             let main = m.main().unwrap();

@@ -1,7 +1,7 @@
-//! ONNX Runtime through `collage::ffi::ort`: the committed ONNX fixtures run and give the outputs
-//! ONNX Runtime gave when they were made (`tests/onnx/README.md`); models ONNX Runtime refuses
-//! and inputs that do not fit are diagnostics; without the library, `collage backends` says why
-//! and exits 0.
+//! ONNX Runtime through `collage::ffi::ort` (the library) and `collage::backend::ort` (its
+//! sessions): the committed ONNX fixtures run and give the outputs ONNX Runtime gave when they
+//! were made (`tests/onnx/README.md`); models ONNX Runtime refuses and inputs that do not fit
+//! are diagnostics; without the library, `collage backends` says why and exits 0.
 //!
 //! The tests that need the library find it as collage does (`COLLAGE_ORT_LIBRARY`, else the
 //! `onnxruntime` package of `VIRTUAL_ENV`'s python or of `python3`). Where it is missing they
@@ -9,8 +9,9 @@
 //! then they fail with the reason.
 
 use crate::support::root;
+use collage::backend::ort::{Session, Settings};
 use collage::exec::tensor::Tensor;
-use collage::ffi::ort::{self, OnnxRuntime, Session, Settings};
+use collage::ffi::ort::{self, OnnxRuntime};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

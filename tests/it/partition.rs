@@ -2,7 +2,7 @@
 //!
 //! * Property: on random node sets with random candidates and costs (some invalid or unknown),
 //!   the search's cover equals the brute-force optimum, with A* and with Dijkstra.
-//! * Section D of collage-component-tests.md (cost estimation), against our cache: D1 the mock
+//! * TVM's cost-estimation tests D1-D5 (docs/collage.md), against our cache: D1 the mock
 //!   formula, D2 a repeated candidate is estimated once, D3 an invalid cost is never chosen, D4
 //!   structurally identical candidates share one estimate, D5 a candidate whose input is a tuple.
 //! * The corpus: every model partitions with the shipped rules and analytic costs, the output
@@ -176,7 +176,7 @@ fn program(text: &str) -> Program {
     }
 }
 
-/// One BYOC target `llvm` (as the reference tests' spec) and a host.
+/// One BYOC target `llvm` (as the spec of TVM's cost-estimation tests) and a host.
 const LLVM_RULES: &str = r#"
 target llvm {
     compiler = "llvm";
@@ -186,8 +186,8 @@ target llvm {
 target host { host = true; device = cpu; }
 "#;
 
-/// A candidate over `nodes`, nested once with `Primitive=1, Compiler="llvm"` (the reference
-/// harness's `MakeCandidate`).
+/// A candidate over `nodes`, nested once with `Primitive=1, Compiler="llvm"` (the
+/// `MakeCandidate` of TVM's cost-estimation tests).
 fn candidate(g: &DataflowGraph<'_>, nodes: &[usize]) -> Candidate {
     let sg = SubGraph::new(g, IndexSet::from_indices(g.len(), nodes.iter().copied()));
     let sg = sg.with_attrs(
@@ -451,7 +451,7 @@ fn never_worse_than_greedy_for_each_byoc_target() {
 }
 
 /// Structurally identical layers are estimated once: a 12-layer GPT-2 needs at most 1.5× the
-/// estimator calls of a 1-layer one (BRIEF, quality bars).
+/// estimator calls of a 1-layer one (docs/performance.md, "Partitioning").
 #[test]
 fn identical_layers_share_their_estimates() {
     let program = crate::enumerate::library();
@@ -1184,7 +1184,8 @@ proptest! {
 
 /// `benches/reference.rules`, the reference configuration, models TVM's test hook target
 /// (`example_target_hook`) with the fusion style TVM's Collage gives it: arbitrary fusion, as
-/// for every compiler other than cutlass, cublas, cudnn and tensorrt (byoc-tables §0.2).
+/// for every compiler other than cutlass, cublas, cudnn and tensorrt (docs/collage.md, "Default
+/// rule trees, depth limits and fusion styles").
 #[test]
 fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
     let prelude = collage::library::LIBRARY

@@ -10,7 +10,7 @@
 //! (oneDNN 2.6 has no float16 kernels on this CPU, and TVM's table entries check no dtypes).
 
 use crate::backend::byoc::let_values;
-use crate::backend::ConstantSource;
+use crate::exec::kernel::ConstantSource;
 use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::Alg;
 use crate::ir::{AttrValue, Callee, DType, Expr, ExprId, FuncId, Module, Type, VarId};

@@ -18,7 +18,10 @@
 pub mod composite;
 pub mod plan;
 
-use super::{byoc, Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported};
+use super::byoc;
+use crate::exec::kernel::{
+    Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
+};
 use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::{sys, Dnnl, Engine, Memory, Stream};
 use crate::ffi::omp::Omp;
@@ -439,7 +442,7 @@ impl Prepared for DnnlPrepared {
     }
 
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
-        crate::backend::constants_resident(&self._consts, f);
+        crate::exec::kernel::constants_resident(&self._consts, f);
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         for b in state.buffers_kept.iter().chain(&state.scratch_kept) {
             f(b.bytes());

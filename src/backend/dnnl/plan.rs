@@ -21,7 +21,7 @@
 
 use super::composite::{self, Anchor, Composite, Conv, Operand, Post};
 use crate::backend::byoc::{Graph, Node};
-use crate::backend::ConstantSource;
+use crate::exec::kernel::ConstantSource;
 use crate::exec::tensor::Tensor;
 use crate::ffi::dnnl::sys::MemoryDesc;
 use crate::ffi::dnnl::{
@@ -620,7 +620,7 @@ impl Builder<'_> {
         let w = self.operand(weight, args)?;
         // A matmul with the weight [N, K] seen as {K, N} (its bytes through transposed
         // strides; the weight reorder happens once). oneDNN's inner product is the other
-        // choice: on the note's dense layers the matmul took 4-7% less time on two threads
+        // choice: on the kernels of docs/backends.md the matmul took 4-7% less time on two threads
         // (D1-D3) and on one thread for D1, D2 and the one-row D4; the inner product 7% less
         // for D3 on one thread (docs/performance.md).
         let wmd = self.plain_md(&[n, k])?;

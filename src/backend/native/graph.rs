@@ -18,7 +18,7 @@
 //! spatial axes. Convolutions are made canonical (`NCHW` data, `OIHW` weights) by layout nodes
 //! around them.
 
-use crate::backend::{ConstantSource, Unit, Unsupported};
+use crate::exec::kernel::{ConstantSource, Unit, Unsupported};
 use crate::exec::tensor::{is_f32_family, is_i64_family, Shape, Tensor};
 use crate::ir::{AttrValue, Attrs, Callee, Constant, DType, DTypeCode, Expr, ExprId, Module, Type};
 use crate::ops::layout::Layout;

@@ -43,7 +43,7 @@ pub(crate) mod graph;
 pub mod grouping;
 pub(crate) mod index;
 
-use crate::backend::{
+use crate::exec::kernel::{
     Backend, ConstantSource, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
 };
 use crate::exec::tensor::{self, elem_size, Storage, Tensor};
@@ -754,7 +754,7 @@ impl Prepared for PreparedNative {
     }
 
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
-        crate::backend::constants_resident(&self.fixed, f);
+        crate::exec::kernel::constants_resident(&self.fixed, f);
         for p in self
             .packed
             .lock()

@@ -6,7 +6,7 @@
 use super::gemm::{sgemm, sgemm_serial};
 use super::transform::{layout, LayoutConv};
 use super::{op, Call, OpImpl, Reason};
-use crate::backend::RunError;
+use crate::exec::kernel::RunError;
 use crate::exec::tensor::Tensor;
 use crate::ir::DType;
 use rayon::prelude::*;

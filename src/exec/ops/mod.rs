@@ -28,7 +28,7 @@ mod slice;
 mod tensor;
 mod transform;
 
-use crate::backend::RunError;
+use crate::exec::kernel::RunError;
 use crate::exec::tensor::{Shape, Tensor};
 use crate::ir::{AttrValue, Attrs, DType};
 use crate::ops::OpDef;

@@ -5,7 +5,7 @@
 use super::conv::{padding4, pair};
 use super::transform::{layout, LayoutConv};
 use super::{op, Call, OpImpl, Reason};
-use crate::backend::RunError;
+use crate::exec::kernel::RunError;
 use crate::exec::tensor::{strides, Tensor};
 use crate::ir::DType;
 

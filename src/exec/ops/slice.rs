@@ -2,7 +2,7 @@
 
 use super::nn::around;
 use super::{op, Call, OpImpl, Reason};
-use crate::backend::RunError;
+use crate::exec::kernel::RunError;
 use crate::ir::AttrValue;
 
 pub(super) fn implements(name: &str) -> bool {

@@ -3,7 +3,7 @@
 
 use super::iter::{broadcast_strides, map1, map2, map3};
 use super::{op, Call, OpImpl, Reason};
-use crate::backend::RunError;
+use crate::exec::kernel::RunError;
 use crate::exec::tensor::{is_f32_family, is_i64_family, Shape};
 use crate::ir::DType;
 use std::sync::atomic::{AtomicBool, Ordering};

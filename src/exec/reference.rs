@@ -9,7 +9,9 @@
 //!   (composites, nested `fn` literals, other globals) compile recursively. Recursive
 //!   functions and calls nested more than [`MAX_CALL_DEPTH`] deep are reported as unsupported.
 
-use super::{Backend, ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unit, Unsupported};
+use super::kernel::{
+    Backend, ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
+};
 use crate::exec::ops::{self, Call, OpImpl};
 use crate::exec::program::{release, Compiled, Policy, Program, Region};
 use crate::exec::tensor::{Shape, Tensor};
@@ -172,7 +174,7 @@ struct PreparedOp {
 
 impl Prepared for PreparedOp {
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
-        crate::backend::constants_resident(&self.consts, f);
+        crate::exec::kernel::constants_resident(&self.consts, f);
     }
 
     fn run(
@@ -275,7 +277,7 @@ struct PreparedProgram {
 
 impl Prepared for PreparedProgram {
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
-        crate::backend::constants_resident(&self.consts, f);
+        crate::exec::kernel::constants_resident(&self.consts, f);
         self.program.resident(f);
     }
 

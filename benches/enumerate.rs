@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 fn bench_enumerate(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let program = collage::library::program().expect("the shipped library checks");
+    let program = collage::sema::check_library().expect("the shipped library checks");
     for name in ["mnist", "resnet50", "gpt2"] {
         let path = format!("{}/tests/models/{name}.relay", env!("CARGO_MANIFEST_DIR"));
         let file = sources.add(&path, std::fs::read_to_string(&path).expect("model"));

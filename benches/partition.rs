@@ -47,7 +47,7 @@ fn run(m: &Module, program: &Program, est: &dyn Estimator, opts: &Options) -> f6
 
 fn bench_partition(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::library::program().expect("the shipped library checks");
+    let library = collage::sema::check_library().expect("the shipped library checks");
     let prelude = collage::library::LIBRARY
         .iter()
         .find(|(n, _)| *n == "rules/prelude.rules")
@@ -87,7 +87,7 @@ fn bench_partition(c: &mut Criterion) {
 
 fn bench_scaling(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::library::program().expect("the shipped library checks");
+    let library = collage::sema::check_library().expect("the shipped library checks");
     let opts = Options {
         baselines: false,
         ..Options::default()
@@ -103,7 +103,7 @@ fn bench_scaling(c: &mut Criterion) {
 
 fn bench_greedy(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::library::program().expect("the shipped library checks");
+    let library = collage::sema::check_library().expect("the shipped library checks");
     let limits = collage::enumerate::Limits::default();
     for layers in [24, 48, 96, 192, 384] {
         let file = sources.add(

@@ -18,7 +18,7 @@ fn main() {
     let target = args.get(2).map_or("tvm", String::as_str);
     let repeat: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
     let mut sources = SourceMap::new();
-    let program = collage::library::program().expect("the shipped library checks");
+    let program = collage::sema::check_library().expect("the shipped library checks");
     let t = program
         .targets
         .iter()

@@ -172,6 +172,22 @@ impl Diagnostic {
     }
 }
 
+/// The diagnostic for a file that is not UTF-8 ([`crate::source::ReadError::NotUtf8`]):
+/// registers the readable prefix `text` under `path` and points at the first invalid byte, at
+/// offset `at` (shown as the replacement character).
+pub fn not_utf8(
+    sources: &mut SourceMap,
+    path: &std::path::Path,
+    text: String,
+    at: usize,
+    code: Code,
+) -> Diagnostic {
+    let end = (at + char::REPLACEMENT_CHARACTER.len_utf8()).min(text.len());
+    let file = sources.add(path.display().to_string(), text);
+    Diagnostic::error(code, "the file is not valid UTF-8")
+        .with_primary(Span::new(file, at, end), "invalid byte sequence here")
+}
+
 /// An ordered collection of diagnostics produced by one or more phases.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Diagnostics {

@@ -1,5 +1,7 @@
 //! The shipped rules library (`rules/*.rules`), embedded in the binary so that commands work
-//! without `--rules`.
+//! without `--rules`: the texts only. The checker reads them through
+//! [`crate::sema::Provider::Embedded`], falls back to them for imports it does not find on disk,
+//! and [`crate::sema::check_library`] compiles them.
 
 /// `(path, text)` of every shipped file; imports between them resolve within this table.
 pub const LIBRARY: &[(&str, &str)] = &[
@@ -31,21 +33,6 @@ pub fn roots() -> Vec<std::path::PathBuf> {
         .iter()
         .map(|(p, _)| std::path::PathBuf::from(p))
         .collect()
-}
-
-/// The shipped library, checked into its compiled form. On failure (a bug in the shipped files),
-/// the diagnostics rendered as text.
-pub fn program() -> Result<crate::ruletree::Program, String> {
-    let mut sources = crate::source::SourceMap::new();
-    let checked = crate::sema::check(
-        &mut sources,
-        &crate::sema::Provider::Embedded(LIBRARY),
-        &roots(),
-    );
-    match checked.program {
-        Some(p) if !checked.diags.has_errors() => Ok(p),
-        _ => Err(checked.diags.render_plain(&sources)),
-    }
 }
 
 #[cfg(test)]

@@ -457,6 +457,13 @@ fn cost_timeout_of(secs: f64) -> Option<std::time::Duration> {
     }
 }
 
+/// The `--costs` specification, parsed (E2104, a usage error, when it is malformed).
+fn costs_of(spec: &str) -> Option<collage::cost::Spec> {
+    collage::cost::Spec::parse(spec)
+        .map_err(|e| driver::usage_error(collage::diag::E2104, format!("invalid `--costs`: {e}")))
+        .ok()
+}
+
 /// The enumeration limits of a command line.
 fn limits(b: &Bounds) -> collage::enumerate::Limits {
     let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
@@ -626,6 +633,9 @@ fn run(cli: Cli) -> Outcome {
             let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
                 return Outcome::Usage;
             };
+            let Some(costs) = costs_of(&costs) else {
+                return Outcome::Usage;
+            };
             let req = driver::partition::Request {
                 model,
                 rules,
@@ -664,6 +674,9 @@ fn run(cli: Cli) -> Outcome {
             measure,
         } => {
             let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
+                return Outcome::Usage;
+            };
+            let Some(costs) = costs_of(&costs) else {
                 return Outcome::Usage;
             };
             driver::bench::bench_command(&driver::bench::Request {

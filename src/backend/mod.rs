@@ -10,8 +10,10 @@
 //!   the system C compiler, with a kernel cache;
 //! * [`dnnl`] and [`openblas`]: `Compiler="dnnl"` and `Compiler="openblas"` partitions, read as
 //!   graphs of composites ([`byoc`]) and run as oneDNN primitives and `cblas_sgemm` calls;
-//! * [`cpu`]: the CPU library backends `collage run` uses, and the check that a plan's library
-//!   partitions can run on this machine;
+//! * [`registry`]: the one registry of this machine's backends: one probe per library with its
+//!   version (`collage backends`), the one place each backend is constructed, the libraries a
+//!   plan needs (`collage run`) and the backends of a set of targets (`collage bench`, the
+//!   measuring estimator);
 //! * [`ort`]: ONNX Runtime sessions running whole ONNX models on collage's tensors, the
 //!   yardstick `collage bench` compares with.
 //!
@@ -19,8 +21,8 @@
 //! backends to use as [`Backends`](crate::exec::kernel::Backends).
 
 pub mod byoc;
-pub mod cpu;
 pub mod dnnl;
 pub mod native;
 pub mod openblas;
 pub mod ort;
+pub mod registry;

@@ -1,9 +1,9 @@
-//! The cost cache: candidates are priced once per structural key ([`super::key`]), which
-//! includes the target, so structurally identical candidates (the same fused layer in each of a
-//! transformer's blocks) cost one estimator call between them.
+//! The cost cache: candidates are priced once per structural key ([`crate::enumerate::key`]),
+//! which includes the target, so structurally identical candidates (the same fused layer in each
+//! of a transformer's blocks) cost one estimator call between them.
 
-use super::key::{Key, Signatures};
 use super::{Cost, Estimate, Estimator, Request};
+use crate::enumerate::key::{Key, Signatures};
 use crate::enumerate::{Candidate, DataflowGraph};
 use crate::ruletree::Program;
 use std::collections::HashMap;

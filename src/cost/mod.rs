@@ -4,7 +4,10 @@
 //! cannot run the candidate) and [`Cost::UNKNOWN`] (NaN: this estimator cannot say). An
 //! [`Estimator`] prices one candidate on its target. Estimators are chained ([`Chain`]): the first
 //! one that knows the cost decides, so a `table` of measurements can fall back to the `analytic`
-//! model for candidates it lacks.
+//! model for candidates it lacks. A `--costs` specification is parsed once into a [`Spec`]
+//! ([`spec`]) and [`from_spec`] builds its chain; the measuring estimator that a `measure` item
+//! stands for is handed in by the caller ([`SpecOptions::measure`]), so this module does not
+//! know how candidates are measured.
 //!
 //! The estimator contract:
 //! * The result depends only on the candidate's *structure* (operators, attributes, types,
@@ -22,13 +25,16 @@
 pub mod analytic;
 pub mod cache;
 pub mod cmd;
-pub mod key;
 pub mod mock;
+pub mod spec;
 pub mod table;
+
+pub use spec::{Item, Spec};
 
 use crate::enumerate::{Candidate, DataflowGraph};
 use crate::ruletree::{Program, Target};
 use std::fmt;
+use std::sync::Arc;
 
 /// The largest cost of one candidate, in seconds (10^4 s, close to three hours per call).
 ///
@@ -220,6 +226,30 @@ pub trait Estimator: Send + Sync {
     }
 }
 
+/// A shared estimator: the caller keeps a handle (to read what the estimator did afterwards)
+/// while a chain asks it.
+impl<E: Estimator + ?Sized> Estimator for Arc<E> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+
+    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
+        (**self).estimate(req)
+    }
+
+    fn parallel(&self) -> bool {
+        (**self).parallel()
+    }
+
+    fn estimate_many(
+        &self,
+        reqs: &[Request<'_, '_>],
+        progress: &dyn Fn(usize, usize),
+    ) -> Vec<Estimate> {
+        (**self).estimate_many(reqs, progress)
+    }
+}
+
 /// Estimators tried in order: the first cost that is not `UNKNOWN` wins. When every
 /// estimator answers `UNKNOWN`, the cost stays `UNKNOWN`; the search treats that as unusable.
 pub struct Chain(pub Vec<Box<dyn Estimator>>);
@@ -311,13 +341,13 @@ impl fmt::Display for SpecError {
 }
 
 /// Options for building estimators from a specification.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SpecOptions {
     /// Time limit for one run of a `cmd:` measurer.
     pub cmd_timeout: std::time::Duration,
-    /// The measuring estimator that a `measure` item stands for (opened by the caller, which
-    /// reads its counters afterwards); `None`: `measure` is refused.
-    pub measure: Option<std::sync::Arc<crate::measure::Measure>>,
+    /// The measuring estimator that a `measure` item stands for, handed in by the caller (which
+    /// opens it and reads its counters afterwards); `None`: `measure` is refused.
+    pub measure: Option<Arc<dyn Estimator>>,
 }
 
 impl Default for SpecOptions {
@@ -329,88 +359,34 @@ impl Default for SpecOptions {
     }
 }
 
-/// Whether a `--costs` specification has a `measure` item (before any `cmd:`, which takes the
-/// rest of the specification).
-pub fn spec_uses_measure(spec: &str) -> bool {
-    spec.split('+')
-        .map(str::trim)
-        .take_while(|i| !i.starts_with("cmd:"))
-        .any(|i| i == "measure")
+impl fmt::Debug for SpecOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpecOptions")
+            .field("cmd_timeout", &self.cmd_timeout)
+            .field("measure", &self.measure.as_ref().map(|m| m.name()))
+            .finish()
+    }
 }
 
-/// The files a `--costs` specification reads (its `mock:` and `table:` items), in order; what
-/// follows a `cmd:` item is its command.
-pub fn spec_files(spec: &str) -> Vec<std::path::PathBuf> {
-    spec.split('+')
-        .map(str::trim)
-        .take_while(|i| !i.starts_with("cmd:"))
-        .filter_map(|i| i.strip_prefix("mock:").or_else(|| i.strip_prefix("table:")))
-        .map(std::path::PathBuf::from)
-        .collect()
-}
-
-/// Builds the estimator chain of a `--costs` specification: comma-free items separated by
-/// `+` are tried in order (`table:m.json+analytic`). Items: `analytic`, `measure`,
-/// `mock:FILE.json`, `table:FILE.json`, `cmd:COMMAND` (a `cmd:` item takes the rest of the
-/// specification).
-pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Chain, SpecError> {
+/// Builds the estimator chain of a parsed `--costs` specification ([`Spec`]): its items, tried
+/// in order. The files of `mock:` and `table:` items are read here.
+pub fn from_spec(spec: &Spec, opts: &SpecOptions) -> Result<Chain, SpecError> {
     let mut out: Vec<Box<dyn Estimator>> = Vec::new();
-    let mut rest = spec.trim();
-    while !rest.is_empty() {
-        if let Some(command) = rest.strip_prefix("cmd:") {
-            let command = command.trim();
-            let command = command
-                .strip_prefix('\'')
-                .and_then(|c| c.strip_suffix('\''))
-                .unwrap_or(command);
-            if command.trim().is_empty() {
-                return Err(SpecError("`cmd:` needs a command".into()));
-            }
-            out.push(Box::new(cmd::Command::new(command, opts.cmd_timeout)));
-            break;
-        }
-        let (item, tail) = match rest.find('+') {
-            Some(p) => (&rest[..p], &rest[p + 1..]),
-            None => (rest, ""),
-        };
-        let item = item.trim();
-        if item.is_empty() || (rest.contains('+') && tail.trim().is_empty()) {
-            return Err(SpecError(format!(
-                "empty item in the cost specification `{spec}`"
-            )));
-        }
-        rest = tail.trim();
-        let (kind, arg) = match item.split_once(':') {
-            Some((k, a)) => (k, Some(a)),
-            None => (item, None),
-        };
-        match (kind, arg) {
-            ("analytic", None) => out.push(Box::new(analytic::Analytic)),
-            ("measure", None) => match &opts.measure {
-                Some(m) => out.push(Box::new(crate::measure::Shared(m.clone()))),
+    for item in spec.items() {
+        match item {
+            Item::Analytic => out.push(Box::new(analytic::Analytic)),
+            Item::Measure => match &opts.measure {
+                Some(m) => out.push(Box::new(m.clone())),
                 None => {
                     return Err(SpecError(
                         "`measure` is not available to this command".to_string(),
                     ))
                 }
             },
-            ("mock", Some(path)) => out.push(Box::new(mock::Mock::from_file(path)?)),
-            ("table", Some(path)) => out.push(Box::new(table::Table::from_file(path)?)),
-            ("mock" | "table", None) => {
-                return Err(SpecError(format!(
-                    "`{kind}` needs a file: `{kind}:FILE.json`"
-                )))
-            }
-            _ => {
-                return Err(SpecError(format!(
-                    "unknown cost estimator `{item}`; expected `analytic`, `measure`, \
-                     `mock:FILE.json`, `table:FILE.json` or `cmd:COMMAND`"
-                )))
-            }
+            Item::Mock(path) => out.push(Box::new(mock::Mock::from_file(path)?)),
+            Item::Table(path) => out.push(Box::new(table::Table::from_file(path)?)),
+            Item::Cmd(command) => out.push(Box::new(cmd::Command::new(command, opts.cmd_timeout))),
         }
-    }
-    if out.is_empty() {
-        return Err(SpecError("the cost specification is empty".into()));
     }
     Ok(Chain(out))
 }
@@ -462,6 +438,8 @@ mod tests {
     #[test]
     fn specs_parse_and_reject() {
         let o = SpecOptions::default();
+        let from_spec = |s: &str, o: &SpecOptions| Spec::parse(s).and_then(|s| from_spec(&s, o));
+        let spec_uses_measure = |s: &str| Spec::parse(s).unwrap().uses_measure();
         assert_eq!(
             from_spec("analytic", &o).map(|c| c.name()),
             Ok("analytic".into())
@@ -482,13 +460,15 @@ mod tests {
         assert!(spec_uses_measure(" measure + analytic"));
         assert!(spec_uses_measure("analytic+measure"));
         assert!(!spec_uses_measure("analytic+cmd:measure"));
-        assert!(!spec_uses_measure("measured"));
+        assert!(Spec::parse("measured").is_err());
     }
 
     #[test]
     fn spec_files_are_the_mock_and_table_items() {
         let files = |s: &str| -> Vec<String> {
-            spec_files(s)
+            Spec::parse(s)
+                .unwrap()
+                .files()
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect()

@@ -1,10 +1,11 @@
 //! Measured costs from a file: `{"costs": {"<fingerprint>": <seconds> | "invalid", ...}}`,
-//! keyed by [`super::key::fingerprint`] (which includes the target's name). `collage candidates
-//! --json` prints every candidate's `fingerprint`, which is how a measurement harness finds
-//! the keys. Candidates the table lacks are `UNKNOWN`, so a
-//! chain such as `table:m.json+analytic` prices them with the next estimator.
+//! keyed by [`crate::enumerate::key::fingerprint`] (which includes the target's name).
+//! `collage candidates --json` prints every candidate's `fingerprint`, which is how a measurement
+//! harness finds the keys. Candidates the table lacks are `UNKNOWN`, so a chain such as
+//! `table:m.json+analytic` prices them with the next estimator.
 
-use super::{key, read_json, Cost, Estimate, Estimator, Request, SpecError};
+use super::{read_json, Cost, Estimate, Estimator, Request, SpecError};
+use crate::enumerate::key;
 use std::collections::BTreeMap;
 
 /// The table estimator.

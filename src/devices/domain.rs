@@ -221,7 +221,7 @@ impl Domains {
     /// Fills the unset fields of a domain from `default`: the result first, then every parameter
     /// from the (now defaulted) result device. Never fails, since defaulting keeps set fields.
     pub fn set_default(&mut self, d: DomId, default: &VirtualDevice) {
-        self.set_default_within(d, default, 2 * crate::relay::MAX_DEPTH);
+        self.set_default_within(d, default, 2 * crate::ir::MAX_DEPTH);
     }
 
     fn set_default_within(&mut self, d: DomId, default: &VirtualDevice, depth: u32) {

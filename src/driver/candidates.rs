@@ -166,7 +166,7 @@ pub fn candidates_json(
                         "label": sg.label,
                         "depth": sg.depth,
                         "rule": c.rule_name,
-                        "fingerprint": crate::cost::key::fingerprint(g, c, &t.name),
+                        "fingerprint": crate::enumerate::key::fingerprint(g, c, &t.name),
                         "composites": composites,
                     })
                 })

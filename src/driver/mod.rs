@@ -11,8 +11,7 @@ use crate::source::SourceMap;
 use std::path::Path;
 
 pub use crate::pipeline::{
-    load::model as load_model, main_of, not_utf8, read_source, report, rules_files, usage_error,
-    Outcome,
+    load::model as load_model, main_of, read_source, report, rules_files, usage_error, Outcome,
 };
 
 /// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an

@@ -147,7 +147,7 @@ pub fn check_output_paths(
     model: &Path,
     rules: &[PathBuf],
     rules_read: &[PathBuf],
-    costs: &str,
+    costs: &crate::cost::Spec,
 ) -> Result<(), super::Outcome> {
     if outputs.is_empty() {
         return Ok(());
@@ -160,7 +160,7 @@ pub fn check_output_paths(
             Err(_) => vec![p.clone()],
         })
         .collect();
-    let cost_files = crate::cost::spec_files(costs);
+    let cost_files = costs.files();
     let mut inputs: Vec<(&str, &Path)> = vec![("the model", model)];
     inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
     inputs.extend(rules_read.iter().map(|r| ("a rules file", r.as_path())));

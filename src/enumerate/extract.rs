@@ -760,8 +760,8 @@ mod tests {
         let (m0, m1) = (f0.main().unwrap(), f1.main().unwrap());
         crate::ir::equal::functions_equal(&f0, m0, &f1, m1).unwrap();
         // The structural key used to share outlined functions agrees.
-        let mut sigs = crate::cost::key::Signatures::new(&g);
-        let key = |sigs: &mut crate::cost::key::Signatures, sg: &SubGraph| {
+        let mut sigs = crate::enumerate::key::Signatures::new(&g);
+        let key = |sigs: &mut crate::enumerate::key::Signatures, sg: &SubGraph| {
             let c = crate::enumerate::Candidate {
                 target: 0,
                 sub_graph: sg.clone(),

@@ -13,6 +13,7 @@ mod combine;
 mod egraph;
 pub mod extract;
 pub mod graph;
+pub mod key;
 mod matcher;
 mod pred;
 pub mod subgraph;

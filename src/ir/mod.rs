@@ -9,7 +9,6 @@
 pub mod attrs;
 pub mod device;
 pub mod equal;
-pub mod inline;
 pub mod literal;
 pub mod types;
 
@@ -20,6 +19,11 @@ pub use types::{DType, DTypeCode, Dim, FuncType, TensorType, Type};
 use crate::source::Span;
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// How deeply expressions, types and attribute values may nest. A front end never builds deeper
+/// nesting (the RelayScript parser rejects it with E0204), so a pass may recurse on the
+/// structure of a type within a bound derived from this one.
+pub const MAX_DEPTH: u32 = 256;
 
 macro_rules! define_id {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(

@@ -204,7 +204,7 @@ mod tests {
     }
 
     fn program() -> Program {
-        crate::library::program().unwrap()
+        crate::sema::check_library().unwrap()
     }
 
     fn target(p: &Program, name: &str) -> usize {

@@ -1,8 +1,9 @@
 //! Measured costs: the `measure` cost estimator (`--costs measure`) and its persistent cache.
 //!
-//! Each distinct candidate (by its stable structural key, [`crate::cost::key::stable_key`]) is
+//! Each distinct candidate (by its stable structural key, [`crate::enumerate::key::stable_key`]) is
 //! extracted as a function ([`candidate`]), compiled by the backends of its target exactly as
-//! `collage run` compiles a partition ([`setup`]), and timed on random inputs by the
+//! `collage run` compiles a partition (the backends of this machine,
+//! [`crate::backend::registry::Setup`]), and timed on random inputs by the
 //! [`protocol`]. The result goes into the SQLite cache ([`db`]) at once, keyed by structure,
 //! target, backend identity and version, thread count and machine ([`machine`]), so a second
 //! partitioning of the same model (or of another model with the same layers) measures nothing,
@@ -23,8 +24,8 @@ pub mod flush;
 pub mod machine;
 pub mod priority;
 pub mod protocol;
-pub mod setup;
 
+use crate::backend::registry::Setup;
 use crate::cost::{Cost, Estimate, Estimator, Request};
 use crate::exec::data::Weights;
 use crate::exec::executor::{self, Executable};
@@ -35,7 +36,6 @@ use crate::ruletree::Target;
 use db::{Db, Entry, Key, Opened};
 use machine::Machine;
 use protocol::Settings;
-use setup::Setup;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -183,7 +183,7 @@ impl Measure {
         let t = r.target();
         let identity = self.setup.availability(t)?;
         Ok(Key {
-            structure: crate::cost::key::stable_key(r.graph, r.candidate, &t.name),
+            structure: crate::enumerate::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
             backend: format!(
                 "{identity}; {HARNESS}; {}",
@@ -471,26 +471,5 @@ impl Estimator for Measure {
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Estimate::of(Cost::UNKNOWN)))
             .collect()
-    }
-}
-
-/// A shared measuring estimator (the caller keeps a handle to read its counters).
-pub struct Shared(pub Arc<Measure>);
-
-impl Estimator for Shared {
-    fn name(&self) -> String {
-        self.0.name()
-    }
-
-    fn estimate(&self, req: &Request<'_, '_>) -> Estimate {
-        self.0.estimate(req)
-    }
-
-    fn estimate_many(
-        &self,
-        reqs: &[Request<'_, '_>],
-        progress: &dyn Fn(usize, usize),
-    ) -> Vec<Estimate> {
-        self.0.estimate_many(reqs, progress)
     }
 }

@@ -16,13 +16,13 @@
 //!   further distinct structures; structurally equal partitions share one global (TVM's prototype
 //!   named them by counters that depended on visiting order).
 //! * The rewritten module is type-checked, printed, parsed back and compared with the input
-//!   after inlining every partition function ([`crate::ir::inline`]).
+//!   after inlining every partition function ([`crate::partition::inline`]).
 //! * To run a placement ([`runnable`]), every partition instead becomes a function literal
 //!   called from `@main`: native ones `Primitive=1` (one kernel each), BYOC ones with their
 //!   `Compiler` and composites, as the executor hands them to the backends.
 
 use super::{PartitionError, Plan};
-use crate::cost::key::Signatures;
+use crate::enumerate::key::Signatures;
 use crate::enumerate::{extract, Candidate, DataflowGraph, Limits, SubGraph};
 use crate::ir::{AttrValue, Callee, Expr, Global, GlobalId, Module};
 use crate::ruletree::Program;
@@ -294,7 +294,7 @@ pub fn check_round_trip(original: &Module, rewritten: &Module) -> Result<String,
                 .map_or_else(String::new, |x| x.message.clone())
         )
     })?;
-    crate::ir::inline::equal_after_inlining(original, &reparsed)
+    crate::partition::inline::equal_after_inlining(original, &reparsed)
         .map_err(|e| format!("the partitioned program differs from the input: {e}"))?;
     crate::ir::equal::constant_data_equal(original, &reparsed)
         .map_err(|e| format!("the partitioned program lost constant data: {e}"))?;

@@ -20,6 +20,7 @@
 
 pub mod finalize;
 pub mod greedy;
+pub mod inline;
 pub mod prune;
 
 use crate::cost::{cache, Cost, Estimator};

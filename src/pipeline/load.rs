@@ -10,7 +10,7 @@ use crate::diag::{self, Diagnostic, E0901};
 use crate::ir::{FuncId, Module, VirtualDevice};
 use crate::ruletree::Program;
 use crate::sema::{self, Provider};
-use crate::source::{FileId, ReadError, SourceMap, Span};
+use crate::source::{FileId, ReadError, SourceMap};
 use std::path::{Path, PathBuf};
 
 /// The front ends that read a model file into a [`Module`].
@@ -33,7 +33,7 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outco
     match crate::source::read_text(path) {
         Ok(text) => Ok(sources.add(path.display().to_string(), text)),
         Err(ReadError::NotUtf8 { text, at }) => {
-            let d = not_utf8(sources, path, text, at, crate::diag::E0101);
+            let d = diag::not_utf8(sources, path, text, at, crate::diag::E0101);
             diag::emit_stderr(&d.into(), sources);
             Err(Outcome::InputErrors)
         }
@@ -42,21 +42,6 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outco
             format!("cannot read `{}`: {e}", path.display()),
         )),
     }
-}
-
-/// Registers the readable prefix of a file that is not UTF-8 and returns the diagnostic that
-/// points at its first invalid byte (shown as the replacement character).
-pub fn not_utf8(
-    sources: &mut SourceMap,
-    path: &Path,
-    text: String,
-    at: usize,
-    code: crate::diag::Code,
-) -> Diagnostic {
-    let end = (at + char::REPLACEMENT_CHARACTER.len_utf8()).min(text.len());
-    let file = sources.add(path.display().to_string(), text);
-    Diagnostic::error(code, "the file is not valid UTF-8")
-        .with_primary(Span::new(file, at, end), "invalid byte sequence here")
 }
 
 /// Loads a model file through its front end: parsed and type-checked.

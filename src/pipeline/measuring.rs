@@ -93,12 +93,12 @@ pub fn cache_place(given: Option<&Path>) -> Result<dir::Place, Outcome> {
 /// measurement cache cannot be opened, W2402 when a damaged one was rebuilt.
 pub fn open(
     args: &MeasureArgs,
-    spec: &str,
+    spec: &crate::cost::Spec,
     targets: &[Target],
 ) -> Result<Option<Arc<Measure>>, Outcome> {
     // A nonsensical value is refused whether or not it is used.
     args.check()?;
-    if !crate::cost::spec_uses_measure(spec) {
+    if !spec.uses_measure() {
         return Ok(None);
     }
     quiet_openmp();

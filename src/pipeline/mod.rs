@@ -25,7 +25,7 @@ pub mod load;
 pub mod measuring;
 pub mod placements;
 
-pub use load::{main_of, not_utf8, read_source, rules_files};
+pub use load::{main_of, read_source, rules_files};
 
 use crate::cost;
 use crate::diag::{self, Diagnostic, Diagnostics};
@@ -112,7 +112,7 @@ pub struct Inputs<'a> {
     /// The targets.
     pub targets: Targets<'a>,
     /// The cost specification (`--costs`).
-    pub costs: &'a str,
+    pub costs: &'a cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Where and how `measure` measures.
@@ -166,7 +166,7 @@ fn select(program: Program, inputs: &Inputs<'_>) -> Result<Program, Outcome> {
     match inputs.targets {
         Targets::Named(names) => select_targets(program, names),
         Targets::RunnableHere => {
-            let probe = crate::measure::setup::Setup::new(
+            let probe = crate::backend::registry::Setup::new(
                 &program.targets,
                 inputs.measure.thread_count(),
                 inputs.measure.resolved_dir(),
@@ -268,7 +268,7 @@ pub fn estimator(
     let priority = measuring::raise_priority(inputs.measure);
     let opts = cost::SpecOptions {
         cmd_timeout: inputs.cmd_timeout,
-        measure: measurer.clone(),
+        measure: measurer.clone().map(|m| m as Arc<dyn cost::Estimator>),
     };
     let chain = cost::from_spec(inputs.costs, &opts)
         .map_err(|e| usage_error(diag::E2104, format!("invalid `--costs`: {e}")))?;

@@ -10,6 +10,7 @@
 //! with the reason; one identical to a placement already run is not run twice.
 
 use super::{report, Outcome, Progress};
+use crate::backend::registry::Setup;
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::enumerate::{DataflowGraph, Limits};
 use crate::exec::compare::{self, Purpose};
@@ -18,7 +19,6 @@ use crate::exec::executor::Executable;
 use crate::exec::tensor::Tensor;
 use crate::ir::Module;
 use crate::measure::protocol::{self, Settings, Timing};
-use crate::measure::setup::Setup;
 use crate::partition::{Partition, Plan};
 use crate::ruletree::Program;
 use crate::source::SourceMap;

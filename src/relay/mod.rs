@@ -11,7 +11,8 @@ mod parser;
 pub mod print;
 mod print_scopes;
 
-pub use parser::MAX_DEPTH;
+/// The parser's nesting limit: the IR's bound.
+pub use crate::ir::MAX_DEPTH;
 
 use crate::diag::Diagnostics;
 use crate::ir::Module;

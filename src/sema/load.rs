@@ -215,7 +215,7 @@ impl Loader<'_, '_> {
         };
         let (d, reason) = match missing {
             Missing::NotUtf8(path, text, at) => {
-                let d = crate::driver::not_utf8(self.sources, &path, text, at, E1003);
+                let d = crate::diag::not_utf8(self.sources, &path, text, at, E1003);
                 (d, None)
             }
             Missing::NotFound(r) | Missing::Unreadable(r) => {

@@ -51,6 +51,21 @@ pub fn check(sources: &mut SourceMap, provider: &Provider<'_>, roots: &[PathBuf]
     }
 }
 
+/// The shipped library ([`crate::library`]), checked into its compiled form. On failure (a bug
+/// in the shipped files), the diagnostics rendered as text.
+pub fn check_library() -> Result<Program, String> {
+    let mut sources = SourceMap::new();
+    let checked = check(
+        &mut sources,
+        &Provider::Embedded(crate::library::LIBRARY),
+        &crate::library::roots(),
+    );
+    match checked.program {
+        Some(p) if !checked.diags.has_errors() => Ok(p),
+        _ => Err(checked.diags.render_plain(&sources)),
+    }
+}
+
 /// Checks a single text (used by tests and fuzzing); imports are resolved in the file system
 /// relative to `name`.
 pub fn check_text(name: &str, text: &str) -> (SourceMap, Checked) {

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 /// The composites of one target's candidates covering each node: node -> composite names.
 fn covering<'m>(m: &'m Module, target: &str) -> (DataflowGraph<'m>, Vec<BTreeSet<String>>) {
-    let program = collage::library::program().expect("the shipped library checks");
+    let program = collage::sema::check_library().expect("the shipped library checks");
     let g = DataflowGraph::new(m, m.main().unwrap());
     let t = program
         .targets

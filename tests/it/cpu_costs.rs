@@ -113,7 +113,7 @@ const FACTOR: f64 = 2.2;
 /// if it has one.
 fn estimate(file: &str, target: &str) -> Option<f64> {
     let m = load_ok(&root().join(format!("tests/fixtures/cpu-costs/{file}.relay")));
-    let program = collage::library::program().expect("the shipped library checks");
+    let program = collage::sema::check_library().expect("the shipped library checks");
     let g = DataflowGraph::new(&m, m.main().unwrap());
     let t = program.targets.iter().position(|t| t.name == target)?;
     let calls: Vec<usize> = (0..g.len()).filter(|&i| g.is_op_call(i)).collect();

@@ -62,7 +62,7 @@ fn rules(name: &str) -> Program {
 
 /// The shipped library (embedded, as the binary uses it without `--rules`).
 pub(crate) fn library() -> Program {
-    collage::library::program()
+    collage::sema::check_library()
         .unwrap_or_else(|d| panic!("the shipped library does not check:\n{d}"))
 }
 

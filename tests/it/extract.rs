@@ -244,9 +244,9 @@ fn parallel_rewrite_of_disjoint_sub_graphs() {
 // Symbolic evaluation with inlining
 
 /// Same result term and the same multiset of operator calls (by term) in both modules' main,
-/// every call of an extracted function inlined (`collage::ir::inline`).
+/// every call of an extracted function inlined (`collage::partition::inline`).
 fn term_check(original: &Module, rewritten: &Module) -> Result<(), String> {
-    collage::ir::inline::equal_after_inlining(original, rewritten)
+    collage::partition::inline::equal_after_inlining(original, rewritten)
 }
 
 /// Whether every inside node is a call, tuple, projection or constant (what extraction moves).

@@ -206,7 +206,7 @@ fn half_the_defaults() -> Limits {
 
 #[test]
 fn generated_models_enumerate_within_half_the_default_limits() {
-    let program = collage::library::program().expect("the shipped library checks");
+    let program = collage::sema::check_library().expect("the shipped library checks");
     for (name, text) in [
         ("gpt2 48 layers", collage::gen::gpt2(48)),
         ("bert 24 layers", collage::gen::bert_large(24, 128)),

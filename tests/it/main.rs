@@ -22,6 +22,7 @@ mod limits;
 mod measure;
 mod metadata;
 mod models;
+mod modules;
 mod mutate;
 mod native;
 mod onnx;

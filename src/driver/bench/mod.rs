@@ -13,11 +13,11 @@ mod report;
 use super::progress::Bar;
 use super::render::Format;
 use super::Outcome;
+use crate::backend::registry::Setup;
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::enumerate::Limits;
 use crate::exec::data::Weights;
 use crate::measure::protocol::Settings;
-use crate::measure::setup::Setup;
 use crate::partition::{self, Progress as _};
 use crate::pipeline::placements::{self, Row, Status};
 use crate::pipeline::{self, checks, measuring, Inputs, Targets};
@@ -35,7 +35,7 @@ pub struct Request {
     /// Only these targets (empty: the targets that can run here; the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: String,
+    pub costs: crate::cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.
@@ -176,7 +176,7 @@ fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
         outputs.push(("--plot", plot));
     }
     if let Some(c) = req.measure.cache.as_deref() {
-        if crate::cost::spec_uses_measure(&req.costs) {
+        if req.costs.uses_measure() {
             outputs.push(("--cache", c));
         }
     }

@@ -272,7 +272,7 @@ impl Report<'_> {
         self.program
             .targets
             .iter()
-            .find(|t| t.compiler.is_none() && !t.is_host && crate::measure::setup::on_cpu(t))
+            .find(|t| t.compiler.is_none() && !t.is_host && crate::backend::registry::on_cpu(t))
             .map_or("native".to_string(), |t| t.name.clone())
     }
 
@@ -361,7 +361,7 @@ impl Report<'_> {
             "model": self.req.model.display().to_string(),
             "seed": self.req.measure.seed,
             "threads": self.threads,
-            "costs": self.req.costs,
+            "costs": self.req.costs.as_str(),
             "targets": self.targets(),
             "partition": partition,
             "reference_ms": self.reference_ms,

@@ -25,7 +25,7 @@ pub struct Request {
     /// Only these targets (the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: String,
+    pub costs: crate::cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.
@@ -151,7 +151,7 @@ fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
         outputs.push(("--dot", d));
     }
     if let Some(c) = req.measure.cache.as_deref() {
-        if crate::cost::spec_uses_measure(&req.costs) {
+        if req.costs.uses_measure() {
             outputs.push(("--cache", c));
         }
     }

@@ -8,6 +8,7 @@ use super::render::Format;
 use super::{load_model, main_of, out, report, Outcome};
 use crate::backend::native::grouping::FuseGrouping;
 use crate::backend::native::{compile, Config, Native};
+use crate::backend::registry;
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::exec::compare::{self, Diff, Purpose, Summary};
 use crate::exec::data::Weights;
@@ -124,7 +125,7 @@ fn compile_model(
         Some(n) => {
             // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
             // missing), then generated code for the native operators.
-            let mut list = crate::backend::cpu::backends_for(m, threads).map_err(|errors| {
+            let mut list = registry::libraries_for(m, threads).map_err(|errors| {
                 let mut ds = Diagnostics::new();
                 for d in errors {
                     ds.push(d);
@@ -318,12 +319,12 @@ fn native_backend(req: &Request, threads: usize) -> Result<Option<Arc<Native>>, 
         _ => crate::measure::dir::Place::default(),
     };
     Ok((req.backend == BackendChoice::Auto).then(|| {
-        Arc::new(Native::new(Config {
+        registry::native(Config {
             threads,
             cache_dir: place.dir().map(std::path::Path::to_path_buf),
             compiler: None,
             timeout,
-        }))
+        })
     }))
 }
 

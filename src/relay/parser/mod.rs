@@ -14,9 +14,6 @@ use crate::ir::*;
 use crate::source::{FileId, Span};
 use std::collections::HashMap;
 
-/// Maximum nesting of expressions, types and attribute values.
-pub const MAX_DEPTH: u32 = 256;
-
 /// Local variables in scope: a log of names in binding order (for truncation at scope exit)
 /// and, per name, the stack of variables bound to it (for constant-time lookup).
 #[derive(Default)]

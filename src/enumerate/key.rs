@@ -1,14 +1,16 @@
 //! Structural keys of candidates: two candidates with equal keys have the same structure
 //! (operators, attributes, types, the dataflow among their nodes, exits and nested functions)
-//! and the same target, so they cost the same. Keys are exact (no hashing), cheap to build
-//! (one interned signature per node) and independent of where the candidate sits in the graph,
-//! so the identical layers of a transformer share their keys.
+//! and the same target, so they cost the same (the cost cache asks once per key). Keys are exact
+//! (no hashing), cheap to build (one interned signature per node) and independent of where the
+//! candidate sits in the graph, so the identical layers of a transformer share their keys. The
+//! finer [`Signatures::function_key`] says when two candidates extract into the same function,
+//! so that finalize can outline one global for both.
 //!
 //! A [`fingerprint`] is the stable, printable form used by `table:` cost files: a 64-bit FNV-1a
 //! hash over the signature *texts*, so it does not depend on the interning order.
 
-use crate::enumerate::subgraph::FnAttrs;
-use crate::enumerate::{Candidate, DataflowGraph, SubGraph};
+use super::subgraph::FnAttrs;
+use super::{Candidate, DataflowGraph, SubGraph};
 use crate::ir::{Callee, Constant, Expr};
 use std::collections::HashMap;
 
@@ -63,7 +65,7 @@ impl Signatures {
     /// The key of the function a candidate is extracted into: equal keys mean equal extracted
     /// functions (parameter for parameter, constants included), so one global can serve both
     /// call sites. Unlike [`Signatures::key`], the inside nodes and the parameters are numbered
-    /// in the order of the extraction walk ([`crate::enumerate::extract::walk`]), which depends
+    /// in the order of the extraction walk ([`super::extract::walk`]), which depends
     /// only on the structure: sub-graphs whose nodes sit in another order in the graph but that
     /// extract into the same function get the same key. The tensor constants inside the
     /// candidate (which extraction keeps in the function's body, as patterns matching `const`
@@ -73,7 +75,7 @@ impl Signatures {
     pub fn function_key(&mut self, g: &DataflowGraph<'_>, c: &Candidate) -> Key {
         let mut out = vec![c.target as u32];
         self.function(g, &c.sub_graph, &mut out);
-        for i in crate::enumerate::extract::walk(g, &c.sub_graph).members {
+        for i in super::extract::walk(g, &c.sub_graph).members {
             let copied_in = operand_nodes(g, i)
                 .into_iter()
                 .filter(|&j| g.inlinable[j] && !c.sub_graph.inside.contains(j));
@@ -97,7 +99,7 @@ impl Signatures {
     }
 
     fn function(&mut self, g: &DataflowGraph<'_>, sg: &SubGraph, out: &mut Key) {
-        let walk = crate::enumerate::extract::walk(g, sg);
+        let walk = super::extract::walk(g, sg);
         let number = |order: &[usize]| -> HashMap<usize, u32> {
             order
                 .iter()

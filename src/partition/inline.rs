@@ -11,7 +11,7 @@
 //! Evaluation inside one function uses an explicit stack; recursion happens only when a call
 //! of a function is inlined, and is bounded.
 
-use super::{Callee, Expr, ExprId, Module, VarId};
+use crate::ir::{Callee, Expr, ExprId, Module, VarId};
 use std::collections::HashMap;
 
 /// How deep inlined calls may nest before the check gives up.

@@ -109,9 +109,10 @@ pub fn open(
         Outcome::Usage
     })?;
     if args.cold && !measure::flush::EVICTS {
-        eprintln!(
-            "warning: `--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here"
-        );
+        diag::emit_alone(Diagnostic::warning(
+            diag::W2407,
+            "`--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here",
+        ));
     }
     let mut settings = if args.cold && measure::flush::EVICTS {
         measure::protocol::Settings::candidates_cold()

@@ -21,6 +21,7 @@ pub mod measure;
 pub mod onnx;
 pub mod ops;
 pub mod partition;
+pub mod pipeline;
 pub mod relay;
 pub mod ruletree;
 pub mod search;

@@ -1,6 +1,7 @@
 //! The `collage` command-line tool: a thin layer over the library's driver.
 
 use clap::{Parser, Subcommand};
+use collage::driver::render::Format;
 use collage::driver::{self, Outcome};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,8 +88,8 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT.relay")]
         output: Option<PathBuf>,
         /// Report format.
-        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-        format: FormatArg,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
         /// Write a DOT picture of the partitioning here.
         #[arg(long, value_name = "FILE")]
         dot: Option<PathBuf>,
@@ -180,8 +181,8 @@ enum Command {
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
         threads: Option<usize>,
         /// Report format.
-        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-        format: FormatArg,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
         /// Also run this model on the same inputs and weights and compare the outputs
         /// (repeatable); exit 1 when they differ beyond the tolerance.
         #[arg(long, value_name = "OTHER.relay")]
@@ -219,8 +220,8 @@ enum Command {
     /// OpenBLAS): whether each is available, its library and version.
     Backends {
         /// Output format.
-        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-        format: FormatArg,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
     },
     /// Partition a model with measured costs, then run the Collage plan and every baseline
     /// placement end to end and compare their latencies and outputs.
@@ -259,8 +260,8 @@ enum Command {
         #[arg(long, value_name = "X", allow_negative_numbers = true)]
         atol: Option<f64>,
         /// Report format.
-        #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-        format: FormatArg,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
         /// Write the comparison as an SVG bar chart here.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
@@ -393,8 +394,8 @@ struct MeasureFlags {
 }
 
 impl MeasureFlags {
-    fn args(&self) -> driver::measuring::MeasureArgs {
-        driver::measuring::MeasureArgs {
+    fn args(&self) -> collage::pipeline::measuring::MeasureArgs {
+        collage::pipeline::measuring::MeasureArgs {
             threads: self.threads,
             cache_dir: self.cache_dir.clone(),
             cache: self.cache.clone(),
@@ -491,15 +492,6 @@ impl ModuleOutput {
             tvm_compat: self.tvm_compat,
         }
     }
-}
-
-/// Report formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum FormatArg {
-    /// A table.
-    Table,
-    /// JSON.
-    Json,
 }
 
 /// `collage run --backend`.
@@ -652,10 +644,7 @@ fn run(cli: Cli) -> Outcome {
                 cmd_timeout,
                 limits: limits(&bounds),
                 output,
-                format: match format {
-                    FormatArg::Table => driver::partition::Format::Table,
-                    FormatArg::Json => driver::partition::Format::Json,
-                },
+                format,
                 dot,
                 explain,
                 baselines: !no_baselines,
@@ -699,10 +688,7 @@ fn run(cli: Cli) -> Outcome {
                 limits: limits(&bounds),
                 measure: measure.args(),
                 run_budget,
-                format: match format {
-                    FormatArg::Table => driver::partition::Format::Table,
-                    FormatArg::Json => driver::partition::Format::Json,
-                },
+                format,
                 plot,
                 profile,
                 rtol,
@@ -757,10 +743,7 @@ fn run(cli: Cli) -> Outcome {
             repeat,
             warmup,
             threads,
-            format: match format {
-                FormatArg::Table => driver::run::Format::Table,
-                FormatArg::Json => driver::run::Format::Json,
-            },
+            format,
             compare_with,
             rtol,
             atol,
@@ -773,9 +756,7 @@ fn run(cli: Cli) -> Outcome {
             check_reference,
             max_memory,
         }),
-        Command::Backends { format } => {
-            driver::backends::backends_command(format == FormatArg::Json)
-        }
+        Command::Backends { format } => driver::backends::backends_command(format == Format::Json),
         Command::Generate { model } => match model {
             GenerateModel::Gpt2 { layers, output } => {
                 driver::generate_command(driver::Generated::Gpt2 { layers }, output.as_deref())

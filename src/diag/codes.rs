@@ -279,6 +279,8 @@ codes! {
     E2405 = "E2405", "cannot clear the cache";
     /// `--raise-priority` could not raise the scheduling weight (a warning).
     W2406 = "W2406", "cannot raise the priority";
+    /// `--cold-candidates` on a processor whose caches collage cannot evict (a warning).
+    W2407 = "W2407", "cannot time candidates cold";
     /// The cache directory is not the user's own or others can write to it: refused.
     E2410 = "E2410", "cache directory refused";
     /// The cache directory cannot be used; a temporary one replaces it (a warning).

@@ -1,40 +1,13 @@
 //! `collage candidates`: the candidate partitions of every target, as text or JSON.
 
-use super::{load_model, report, rules_files, Outcome};
-use crate::diag::{self, Diagnostic};
-use crate::enumerate::{Bound, Candidate, DataflowGraph, Enumeration, Grower, LimitError, Limits};
+use super::render::node_name;
+use super::Outcome;
+use crate::enumerate::{Candidate, DataflowGraph, Enumeration, Limits};
 use crate::ir::Module;
+use crate::pipeline;
 use crate::ruletree::Program;
-use crate::sema::{self, Provider};
 use crate::source::SourceMap;
 use std::path::{Path, PathBuf};
-
-/// Loads rules: the given files and directories, or the embedded library when there are none.
-pub fn load_rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Program, Outcome> {
-    load_rules_from(sources, paths).map(|(p, _)| p)
-}
-
-/// [`load_rules`], also returning the files read from disk (canonical paths, imports included).
-pub fn load_rules_from(
-    sources: &mut SourceMap,
-    paths: &[PathBuf],
-) -> Result<(Program, Vec<PathBuf>), Outcome> {
-    let checked = if paths.is_empty() {
-        sema::check(
-            sources,
-            &Provider::Embedded(crate::library::LIBRARY),
-            &crate::library::roots(),
-        )
-    } else {
-        let roots = rules_files(paths)?;
-        sema::check(sources, &Provider::Files, &roots)
-    };
-    report(&checked.diags, sources);
-    match checked.program {
-        Some(p) => Ok((p, checked.disk_files)),
-        None => Err(Outcome::InputErrors),
-    }
-}
 
 /// `collage candidates MODEL [--rules PATH...] [--target NAME...] [--json]`.
 pub fn candidates_command(
@@ -44,39 +17,27 @@ pub fn candidates_command(
     limits: Limits,
     json: bool,
 ) -> Outcome {
-    let mut sources = SourceMap::new();
-    let program = match load_rules(&mut sources, rules) {
-        Ok(p) => p,
-        Err(o) => return o,
-    };
-    for t in targets {
-        if program.target(t).is_none() {
-            let known: Vec<&str> = program.targets.iter().map(|t| t.name.as_str()).collect();
-            return super::usage_error(
-                crate::diag::E0956,
-                format!("no target named `{t}`; targets: {}", known.join(", ")),
-            );
-        }
+    match candidates_inner(model, rules, targets, limits, json) {
+        Ok(o) | Err(o) => o,
     }
-    let m = match load_model(&mut sources, model) {
-        Ok(m) => m,
-        Err(o) => return o,
-    };
-    let main = match super::main_of(&m, model) {
-        Ok(f) => f,
-        Err(o) => return o,
-    };
+}
+
+fn candidates_inner(
+    model: &Path,
+    rules: &[PathBuf],
+    targets: &[String],
+    limits: Limits,
+    json: bool,
+) -> Result<Outcome, Outcome> {
+    let mut sources = SourceMap::new();
+    let program = pipeline::load::rules(&mut sources, rules)?.program;
+    pipeline::check_target_names(&program, targets)?;
+    let (m, main) = pipeline::load::model_with_main(&mut sources, model)?;
     let g = DataflowGraph::new(&m, main);
-    let e = match crate::enumerate::enumerate(&g, &program, &limits) {
-        Ok(e) => e,
-        Err(e) => {
-            diag::emit_stderr(&limit_diagnostic(&program, &e).into(), &sources);
-            return Outcome::InputErrors;
-        }
-    };
+    let e = pipeline::enumerate(&sources, &g, &program, &limits)?;
     let keep =
         |ti: usize| targets.is_empty() || targets.iter().any(|t| *t == program.targets[ti].name);
-    if json {
+    Ok(if json {
         let v = candidates_json(&m, &g, &program, &e, &keep);
         super::written(super::out(&format!(
             "{}\n",
@@ -84,14 +45,7 @@ pub fn candidates_command(
         )))
     } else {
         super::written(super::out(&candidates_text(&m, &g, &program, &e, &keep)))
-    }
-}
-
-/// How a node is named in listings: its `%name` in the source, else `#index`.
-pub(super) fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
-    g.graph
-        .binding(m, crate::dataflow::NodeIdx(i as u32))
-        .unwrap_or_else(|| format!("#{i}"))
+    })
 }
 
 fn nodes_text(m: &Module, g: &DataflowGraph<'_>, inside: &crate::dataflow::IndexSet) -> String {
@@ -234,123 +188,4 @@ pub fn candidates_json(
         },
         "targets": targets,
     })
-}
-
-/// The diagnostic of an enumeration limit (E2201, E2202, E2203): what grew, where it is declared,
-/// the limit, and the flag that raises it.
-pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
-    let defaults = Limits::default();
-    match e {
-        LimitError::EGraph {
-            bound,
-            grower,
-            limit,
-        } => {
-            let (what, span) = match *grower {
-                Grower::Commutativity => (
-                    "the built-in commutativity of `add` and `multiply`".to_string(),
-                    None,
-                ),
-                Grower::Equivalence(i) => (
-                    "this equivalence".to_string(),
-                    program.equivalence_spans.get(i).copied(),
-                ),
-                Grower::Rewrite(i) => (
-                    "this rewrite".to_string(),
-                    program.rewrite_spans.get(i).copied(),
-                ),
-            };
-            let (code, message, label, default) = match bound {
-                Bound::EGraphIters => (
-                    diag::E2202,
-                    format!(
-                        "the equivalences still change the e-graph after {limit} round{} \
-                         (`--max-egraph-iters`)",
-                        if *limit == 1 { "" } else { "s" }
-                    ),
-                    format!("{what} still grew the e-graph in the last round"),
-                    defaults.max_egraph_iters,
-                ),
-                Bound::ENodeWork { steps } => (
-                    diag::E2201,
-                    format!(
-                        "matching the equivalences of the rules built more than {steps} partial \
-                         matches in one round ({} per e-node and per unit of `--max-enodes` \
-                         {limit})",
-                        crate::enumerate::MATCH_WORK
-                    ),
-                    format!("{what} has too many matches"),
-                    defaults.max_enodes,
-                ),
-                _ => (
-                    diag::E2201,
-                    format!(
-                        "applying the equivalences of the rules added more than {limit} e-nodes \
-                         to the e-graph (`--max-enodes`)"
-                    ),
-                    format!("{what} keeps adding e-nodes"),
-                    defaults.max_enodes,
-                ),
-            };
-            let mut d = Diagnostic::error(code, message);
-            match span {
-                Some(s) => d = d.with_primary(s, label),
-                None => d = d.with_note(format!("what grew: {what}")),
-            }
-            d.with_note(format!(
-                "raise the limit with `{} N` (default {default}), or remove the equivalence \
-                 that grows without end (associativity, a rewrite whose right side matches \
-                 its left side again)",
-                e.flag()
-            ))
-        }
-        LimitError::Target {
-            bound,
-            target,
-            rule,
-            limit,
-        } => {
-            let t = &program.targets[*target];
-            let message = match bound {
-                Bound::PairWork { steps } => format!(
-                    "combining the candidates of target `{}` visited more than {steps} pairs \
-                     ({} × `--max-candidates` {limit})",
-                    t.name,
-                    crate::enumerate::PAIR_WORK
-                ),
-                Bound::MatchWork { steps } => format!(
-                    "matching a pattern of target `{}` built more than {steps} partial matches \
-                     ({} per e-node and per unit of `--max-candidates` {limit})",
-                    t.name,
-                    crate::enumerate::MATCH_WORK
-                ),
-                _ => format!(
-                    "target `{}` has more than {limit} candidates (`--max-candidates`)",
-                    t.name
-                ),
-            };
-            let mut d = Diagnostic::error(diag::E2203, message);
-            let label = "its rules grow past the candidate limit";
-            d = d.with_primary(t.span, label);
-            let depth = match (t.max_depth, &t.compiler) {
-                (Some(_), _) => "the target's `max_depth`",
-                (None, Some(_)) => "`--byoc-max-depth`",
-                (None, None) => "`--tvm-max-depth`",
-            };
-            let remedy = match bound {
-                Bound::MatchWork { .. } => {
-                    "simplify the pattern (fewer alternatives and optional parts)".to_string()
-                }
-                _ => format!(
-                    "make the rule produce fewer candidates (a lower depth limit: {depth}; \
-                     fewer combiners)"
-                ),
-            };
-            d.with_note(format!("the rule that grew: `{rule}`"))
-                .with_note(format!(
-                    "raise the limit with `--max-candidates N` (default {}), or {remedy}",
-                    defaults.max_candidates
-                ))
-        }
-    }
 }

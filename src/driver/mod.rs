@@ -1,44 +1,18 @@
-//! The pipeline behind each command, in one place: load inputs, run the phases, render results
-//! and diagnostics, and decide the exit code.
+//! The commands: each reads its arguments, calls the pipeline ([`crate::pipeline`]) for the
+//! work, renders what it returns, and decides the exit code. No command module uses another;
+//! what several share lives below them: the pipeline, [`render`] (report formats and shared
+//! pieces of reports), [`progress`] (the progress display) and [`output`] (output files).
 
 use crate::dataflow::{Graph, NodeIdx};
-use crate::diag::{self, Diagnostic, Diagnostics, E0901};
+use crate::diag::{self, Diagnostic};
 use crate::ir::Module;
 use crate::relay;
-use crate::source::{ReadError, SourceMap};
+use crate::source::SourceMap;
 use std::path::Path;
 
-/// How a command ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Success.
-    Ok,
-    /// The input has errors (diagnostics were printed).
-    InputErrors,
-    /// Usage or I/O problem.
-    Usage,
-    /// A bug in collage itself.
-    Internal,
-}
-
-impl Outcome {
-    /// The process exit code: 0, 1 for input errors, 2 for usage or I/O errors, 101 for bugs.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Ok => 0,
-            Outcome::InputErrors => 1,
-            Outcome::Usage => 2,
-            Outcome::Internal => 101,
-        }
-    }
-}
-
-/// Reports an error that points at no source (a flag, a file as a whole, the machine) as a
-/// diagnostic, with user text escaped as in every diagnostic; usage errors exit with code 2.
-pub fn usage_error(code: diag::Code, msg: impl Into<String>) -> Outcome {
-    diag::emit_alone(Diagnostic::error(code, msg));
-    Outcome::Usage
-}
+pub use crate::pipeline::{
+    load::model as load_model, main_of, read_source, report, rules_files, usage_error, Outcome,
+};
 
 /// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an
 /// error worth a message: the rest of the output is dropped. Any other failed write (a full
@@ -82,65 +56,6 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
             format!("cannot write `{}`: {e}", path.display()),
         )
     })
-}
-
-/// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
-/// larger than the input limit), a located E0101 at the first byte that is not UTF-8.
-pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<crate::source::FileId, Outcome> {
-    match crate::source::read_text(path) {
-        Ok(text) => Ok(sources.add(path.display().to_string(), text)),
-        Err(ReadError::NotUtf8 { text, at }) => {
-            let d = diag::not_utf8(sources, path, text, at, crate::diag::E0101);
-            diag::emit_stderr(&d.into(), sources);
-            Err(Outcome::InputErrors)
-        }
-        Err(e) => Err(usage_error(
-            E0901,
-            format!("cannot read `{}`: {e}", path.display()),
-        )),
-    }
-}
-
-/// Loads (parses and type-checks) a model file.
-pub fn load_model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
-    let file = read_source(sources, path)?;
-    relay::load(sources, file).map_err(|diags| {
-        report(&diags, sources);
-        Outcome::InputErrors
-    })
-}
-
-/// The `@main` function of a loaded model, or E0904 naming the file and the functions it does
-/// define.
-pub fn main_of(m: &Module, path: &Path) -> Result<crate::ir::FuncId, Outcome> {
-    if let Some(f) = m.main() {
-        return Ok(f);
-    }
-    let defined: Vec<String> = m
-        .defs
-        .iter()
-        .map(|(g, _)| format!("`@{}`", m.globals[g.index()].name))
-        .collect();
-    let d = Diagnostic::error(
-        crate::diag::E0904,
-        format!("`{}` has no `@main` function", path.display()),
-    );
-    diag::emit_alone(if defined.is_empty() {
-        d.with_note("the module defines no functions")
-    } else {
-        d.with_note(format!(
-            "it defines {}; collage works on `@main`: name the entry function `@main`",
-            defined.join(", ")
-        ))
-    });
-    Err(Outcome::InputErrors)
-}
-
-/// Prints diagnostics to standard error in source order.
-pub fn report(diags: &Diagnostics, sources: &SourceMap) {
-    let mut sorted = diags.clone();
-    sorted.sort_by_position();
-    diag::emit_stderr(&sorted, sources);
 }
 
 /// `collage parse MODEL [--json] [--no-type-comments] [--tvm-compat]`.
@@ -214,35 +129,6 @@ pub fn function_type(m: &Module, f: crate::ir::FuncId) -> Option<crate::ir::Type
     }))
 }
 
-/// Expands directories into their `.rules` files (sorted); files are kept as given.
-pub fn rules_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, Outcome> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let entries = std::fs::read_dir(p).map_err(|e| {
-                usage_error(
-                    E0901,
-                    format!("cannot read directory `{}`: {e}", p.display()),
-                )
-            })?;
-            let mut files: Vec<std::path::PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "rules"))
-                .collect();
-            files.sort();
-            out.extend(files);
-        } else if p.is_file() {
-            out.push(p.clone());
-        } else {
-            return Err(usage_error(
-                E0901,
-                format!("cannot read `{}`: no such file or directory", p.display()),
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// `collage check FILE|DIR... [--print]`: checks rules files; with `--print`, prints the compiled
 /// rule trees.
 pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
@@ -272,9 +158,10 @@ mod candidates;
 mod devices;
 mod fuse;
 mod generate;
-pub mod measuring;
 pub mod output;
 pub mod partition;
+pub mod progress;
+pub mod render;
 pub mod run;
 
 pub use candidates::candidates_command;

@@ -139,6 +139,35 @@ pub fn check_collisions(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> 
     Ok(())
 }
 
+/// Refuses outputs (a role such as `-o` with a path) naming each other, the model, a rules file
+/// given on the command line (`rules`, directories expanded) or one of `rules_read`, or a file
+/// the cost specification `costs` reads (`mock:`, `table:`): E0903, a usage error.
+pub fn check_output_paths(
+    outputs: &[(&str, &Path)],
+    model: &Path,
+    rules: &[PathBuf],
+    rules_read: &[PathBuf],
+    costs: &crate::cost::Spec,
+) -> Result<(), super::Outcome> {
+    if outputs.is_empty() {
+        return Ok(());
+    }
+    // Directories expand to their `.rules` files; a missing path is reported by the loader.
+    let roots: Vec<PathBuf> = rules
+        .iter()
+        .flat_map(|p| match std::fs::read_dir(p) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(_) => vec![p.clone()],
+        })
+        .collect();
+    let cost_files = costs.files();
+    let mut inputs: Vec<(&str, &Path)> = vec![("the model", model)];
+    inputs.extend(roots.iter().map(|r| ("a rules file", r.as_path())));
+    inputs.extend(rules_read.iter().map(|r| ("a rules file", r.as_path())));
+    inputs.extend(cost_files.iter().map(|f| ("a cost file", f.as_path())));
+    check_collisions(outputs, &inputs).map_err(|msg| super::usage_error(crate::diag::E0903, msg))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

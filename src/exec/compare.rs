@@ -50,17 +50,57 @@ pub fn summarize(t: &Tensor) -> Summary {
     }
 }
 
-/// Default `(rtol, atol)` for comparing tensors of a dtype: `float32` 1e-5 and 1e-5,
-/// `float16`/`bfloat16` 1e-2 and 1e-2, `float64` 1e-9 and 1e-12, exact for integers and bools.
-pub fn default_tolerance(d: DType) -> (f64, f64) {
-    if d == DType::F32 {
-        (1e-5, 1e-5)
+/// Why two runs are compared, which sets how far apart their outputs may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Two models meant to compute the same thing (`collage run --compare-with`).
+    Models,
+    /// Generated code against the reference interpreter (`collage run --check-reference`):
+    /// kernels compute in `float32` with vectorised (reassociated) sums, fused multiply-adds
+    /// and vector math, and do not round `float16` intermediates.
+    GeneratedCode,
+    /// A whole placement of a model against the reference interpreter (`collage bench`): the
+    /// backends reassociate sums and use vector math, and errors grow with depth.
+    Placement,
+}
+
+/// The one tolerance table: the default `(rtol, atol)` for comparing outputs of a dtype, by
+/// purpose (a flag such as `--rtol` overrides it). Integers and bools are always exact.
+///
+/// | purpose          | `float32`    | `float64`      | `float16`, `bfloat16` | other floats |
+/// |------------------|--------------|----------------|-----------------------|--------------|
+/// | `Models`         | 1e-5, 1e-5   | 1e-9, 1e-12    | 1e-2, 1e-2            | 1e-2, 1e-2   |
+/// | `GeneratedCode`  | 1e-4, 1e-4   | 1e-9, 1e-12    | 5e-2, 5e-2            | 1e-2, 1e-2   |
+/// | `Placement`      | 1e-3, 1e-3   | 1e-3, 1e-3     | 5e-2, 5e-2            | 5e-2, 5e-2   |
+pub fn tolerance(purpose: Purpose, d: DType) -> (f64, f64) {
+    use Purpose::{GeneratedCode, Models, Placement};
+    enum Kind {
+        F32,
+        F64,
+        Half,
+        OtherFloat,
+        Exact,
+    }
+    let kind = if d == DType::F32 {
+        Kind::F32
     } else if d == DType::F64 {
-        (1e-9, 1e-12)
+        Kind::F64
+    } else if is_f32_family(d) {
+        Kind::Half
     } else if d.is_float() {
-        (1e-2, 1e-2)
+        Kind::OtherFloat
     } else {
-        (0.0, 0.0)
+        Kind::Exact
+    };
+    match (purpose, kind) {
+        (_, Kind::Exact) => (0.0, 0.0),
+        (Models, Kind::F32) => (1e-5, 1e-5),
+        (Models | GeneratedCode, Kind::F64) => (1e-9, 1e-12),
+        (Models | GeneratedCode, Kind::OtherFloat) | (Models, Kind::Half) => (1e-2, 1e-2),
+        (GeneratedCode, Kind::F32) => (1e-4, 1e-4),
+        (GeneratedCode, Kind::Half) => (5e-2, 5e-2),
+        (Placement, Kind::F32 | Kind::F64) => (1e-3, 1e-3),
+        (Placement, Kind::Half | Kind::OtherFloat) => (5e-2, 5e-2),
     }
 }
 
@@ -163,5 +203,13 @@ mod tests {
         assert!(compare(&t, &t, 0.0, 0.0).unwrap().identical);
         let w = Tensor::zeros(DType::F16, &[4]).unwrap();
         assert!(compare(&w, &t, 0.0, 0.0).is_err());
+    }
+
+    #[test]
+    fn tolerances() {
+        let default_tolerance = |d| tolerance(Purpose::Placement, d);
+        assert_eq!(default_tolerance(crate::ir::DType::F32), (1e-3, 1e-3));
+        assert_eq!(default_tolerance(crate::ir::DType::F16), (5e-2, 5e-2));
+        assert_eq!(default_tolerance(crate::ir::DType::I64), (0.0, 0.0));
     }
 }

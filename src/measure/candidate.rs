@@ -10,14 +10,10 @@
 //!   `EtaExpandTuples`): `@main` rebuilds the tuples and passes them on.
 
 use crate::enumerate::{extract, Candidate, DataflowGraph};
-use crate::ir::{AttrValue, Callee, Expr, ExprId, FuncId, Function, Module, Type, Var, VarId};
+use crate::ir::{Callee, Expr, ExprId, FuncId, Function, Module, Type, Var, VarId};
+use crate::partition::finalize::native_attrs;
 use crate::ruletree::Program;
 use std::collections::HashMap;
-
-/// The attributes of a native partition's function.
-pub fn native_attrs() -> crate::enumerate::subgraph::FnAttrs {
-    vec![("Primitive".to_string(), AttrValue::int(1))]
-}
 
 /// The candidate as a module to run (type-checked), or why it cannot be built.
 pub fn module_for(

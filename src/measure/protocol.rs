@@ -24,9 +24,11 @@
 //! its own; a repeat's mean is then the mean of its calls' own times. Warm-up calls are not
 //! prepared.
 //!
-//! Several kernels are timed together in rounds ([`measure_many`]): one repeat of each per
-//! round, so that a disturbance of the machine falls on one repeat of many kernels rather than
-//! on every repeat of one.
+//! Several kernels are timed together in rounds by one round-robin driver
+//! ([`measure_rounds`]): one repeat of each per round, so that a disturbance of the machine
+//! falls on one repeat of many kernels rather than on every repeat of one. Its [`Policy`] says
+//! how the kernels are warmed up and when the rounds stop: candidates ([`measure_many`]) each
+//! stop alone, the placements of `collage bench` ([`time_in_rounds`]) all together.
 //!
 //! The clock and the kernel are parameters, so the protocol is tested on a fake clock.
 
@@ -150,7 +152,8 @@ impl Clock for Monotonic {
     }
 }
 
-/// The median of a non-empty list (the mean of the middle two for an even length).
+/// The median of a list (the mean of the middle two for an even length); NaN for an empty list,
+/// which has none. This is the one median of the crate: latencies, repeats and deviations.
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -207,6 +210,55 @@ struct Progress {
     spent: Duration,
 }
 
+/// How the round-robin driver ([`measure_rounds`]) warms kernels up before the rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarmUp {
+    /// By the protocol, kernel by kernel: an untimed first call, then warm-up calls for
+    /// [`Settings::warmup`], whose mean time sets the calls per repeat.
+    Protocol,
+    /// By the caller, before the driver starts: one call per repeat; a kernel whose warm-up
+    /// failed is handed over as failed and never run.
+    Done,
+}
+
+/// When the rounds of [`measure_rounds`] stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Each kernel leaves the rounds on its own (candidates): after [`Settings::max_repeats`]
+    /// repeats, once its spread is within [`Settings::max_spread`] after
+    /// [`Settings::min_repeats`], or when its next repeat, as long as its last, would overrun
+    /// its own [`Settings::budget`] (the wall time spent on it alone).
+    Alone,
+    /// All kernels stop together (whole models in `collage bench`): after
+    /// [`Settings::max_repeats`] rounds, once every kernel still running has
+    /// [`Settings::min_repeats`] repeats and a spread within [`Settings::max_spread`], or when
+    /// the next round, as long as the last, would overrun the budget of one kernel times
+    /// their number. One round is always made.
+    Together,
+}
+
+/// How kernels are timed together: their warm-up and the stop rule of the rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// The warm-up.
+    pub warm_up: WarmUp,
+    /// The stop rule.
+    pub stop: Stop,
+}
+
+impl Policy {
+    /// Candidates ([`measure_many`]): the protocol's warm-up, each kernel stops alone.
+    pub const CANDIDATES: Policy = Policy {
+        warm_up: WarmUp::Protocol,
+        stop: Stop::Alone,
+    };
+    /// Whole models ([`time_in_rounds`]): warmed up by the caller, all stop together.
+    pub const MODELS: Policy = Policy {
+        warm_up: WarmUp::Done,
+        stop: Stop::Together,
+    };
+}
+
 /// Times `n` kernels by the protocol, **in rounds**: each kernel gets its first call and its
 /// warm-up, then every round makes one repeat of each kernel still measuring. A disturbance of
 /// the machine (another process taking a core for a second) thus lands on one repeat of many
@@ -215,7 +267,7 @@ struct Progress {
 /// Each kernel's budget counts the wall time spent on it alone. An error of a kernel ends its
 /// measurement with that error; the others go on. `finished(k, result)` is called as soon as
 /// kernel `k`'s measurement ends (so a caller can keep it at once); the results are also
-/// returned, in kernel order.
+/// returned, in kernel order. This is [`measure_rounds`] with [`Policy::CANDIDATES`].
 pub fn measure_many<E>(
     clock: &dyn Clock,
     settings: &Settings,
@@ -223,55 +275,104 @@ pub fn measure_many<E>(
     repeat: &mut Repeat<'_, E>,
     finished: &mut dyn FnMut(usize, &Result<Timing, E>),
 ) -> Vec<Result<Timing, E>> {
+    let failed = (0..n).map(|_| None).collect();
+    measure_rounds(
+        clock,
+        settings,
+        Policy::CANDIDATES,
+        failed,
+        repeat,
+        finished,
+        &mut |_, _| {},
+    )
+}
+
+/// Runs whole placements **in rounds** and returns each one's run times (seconds): every round
+/// runs each placement once (`run(k)` runs placement `k` and returns its time), so that a
+/// change of the machine's load during the timing (a shared machine's usual state) falls on
+/// all of them alike and their ratios stay fair, where timing them one after the other would
+/// let a busy minute land on one placement only. The caller has warmed every placement up; one
+/// whose warm-up failed (`failed[k]`), or whose run fails, leaves the rounds with that error.
+/// The rounds stop together ([`Stop::Together`]); `progress(round, max_rounds)` follows them.
+/// This is [`measure_rounds`] with [`Policy::MODELS`].
+pub fn time_in_rounds(
+    failed: &[Option<String>],
+    settings: &Settings,
+    clock: &dyn Clock,
+    run: &mut dyn FnMut(usize) -> Result<f64, String>,
+    progress: &dyn Fn(usize, usize),
+) -> Vec<Result<Vec<f64>, String>> {
+    let mut repeat = |k: usize, _: u64, _: bool| -> Result<Duration, String> {
+        run(k).map(|t| Duration::from_secs_f64(t.max(0.0)))
+    };
+    measure_rounds(
+        clock,
+        settings,
+        Policy::MODELS,
+        failed.to_vec(),
+        &mut repeat,
+        &mut |_, _| {},
+        &mut |done, total| progress(done, total),
+    )
+    .into_iter()
+    .map(|r| r.map(|t| t.repeats))
+    .collect()
+}
+
+/// The round-robin timing driver behind [`measure_many`] and [`time_in_rounds`]: warms the
+/// kernels up as `policy` says (`failed[k]`: kernel `k` failed before, and is not run), then
+/// makes one repeat of every kernel still measuring per round until the policy's stop rule
+/// ends each one. `finished(k, result)` is called as soon as kernel `k` is done;
+/// `progress(round, max_rounds)` after each round (and with 0 before the first).
+pub fn measure_rounds<E>(
+    clock: &dyn Clock,
+    settings: &Settings,
+    policy: Policy,
+    failed: Vec<Option<E>>,
+    repeat: &mut Repeat<'_, E>,
+    finished: &mut dyn FnMut(usize, &Result<Timing, E>),
+    progress: &mut dyn FnMut(usize, usize),
+) -> Vec<Result<Timing, E>> {
+    let n = failed.len();
     let mut results: Vec<Option<Result<Timing, E>>> = (0..n).map(|_| None).collect();
     let mut end = |k: usize, r: Result<Timing, E>, results: &mut Vec<Option<Result<Timing, E>>>| {
         finished(k, &r);
         results[k] = Some(r);
     };
     let mut measuring: Vec<(usize, Progress)> = Vec::new();
-    // First call and warm-up, kernel by kernel.
-    for k in 0..n {
-        let start = clock.now();
-        let first = match repeat(k, 1, false) {
-            Ok(d) => d,
-            Err(e) => {
-                end(k, Err(e), &mut results);
-                continue;
-            }
-        };
-        let warm_start = clock.now();
-        let (mut warm, mut warm_time) = (0u64, Duration::ZERO);
-        let failed = loop {
-            match repeat(k, 1, false) {
-                Ok(d) => {
-                    warm += 1;
-                    warm_time += d;
-                }
-                Err(e) => break Some(e),
-            }
-            let now = clock.now();
-            if now - warm_start >= settings.warmup || now - start >= settings.budget {
-                break None;
-            }
-        };
-        if let Some(e) = failed {
+    for (k, f) in failed.into_iter().enumerate() {
+        if let Some(e) = f {
             end(k, Err(e), &mut results);
             continue;
         }
-        let per_call = warm_time / (warm.min(u32::MAX as u64) as u32);
-        measuring.push((
-            k,
-            Progress {
-                first_call: first.as_secs_f64(),
-                calls: 1 + warm,
-                number: calls_per_repeat(per_call, settings.min_repeat),
-                repeats: Vec::new(),
-                spent: clock.now() - start,
+        match policy.warm_up {
+            WarmUp::Protocol => match warm_up(clock, settings, k, repeat) {
+                Ok(p) => measuring.push((k, p)),
+                Err(e) => end(k, Err(e), &mut results),
             },
-        ));
+            WarmUp::Done => measuring.push((
+                k,
+                Progress {
+                    first_call: 0.0,
+                    calls: 0,
+                    number: 1,
+                    repeats: Vec::new(),
+                    spent: Duration::ZERO,
+                },
+            )),
+        }
     }
     // Rounds, until every kernel is done.
+    let start = clock.now();
+    let all_budget = settings
+        .budget
+        .saturating_mul(u32::try_from(n.max(1)).unwrap_or(u32::MAX));
+    let max = settings.max_repeats.max(1);
+    progress(0, max);
+    let mut round = 0;
     while !measuring.is_empty() {
+        round += 1;
+        let round_start = clock.now();
         let mut still = Vec::with_capacity(measuring.len());
         for (k, mut p) in measuring {
             let s = clock.now();
@@ -282,10 +383,12 @@ pub fn measure_many<E>(
                     p.calls += p.number;
                     p.repeats.push(d.as_secs_f64() / p.number as f64);
                     let r = p.repeats.len();
-                    let done = r >= settings.max_repeats.max(1)
-                        || (r >= settings.min_repeats && spread(&p.repeats) <= settings.max_spread)
-                        // The next repeat, as long as this one, would overrun the budget.
-                        || p.spent + took > settings.budget;
+                    let done = policy.stop == Stop::Alone
+                        && (r >= max
+                            || (r >= settings.min_repeats
+                                && spread(&p.repeats) <= settings.max_spread)
+                            // The next repeat, as long as this one, would overrun the budget.
+                            || p.spent + took > settings.budget);
                     if done {
                         end(k, Ok(p.timing()), &mut results);
                     } else {
@@ -296,11 +399,55 @@ pub fn measure_many<E>(
             }
         }
         measuring = still;
+        progress(round, max);
+        if policy.stop == Stop::Together {
+            let settled = measuring.iter().all(|(_, p)| {
+                p.repeats.len() >= settings.min_repeats && spread(&p.repeats) <= settings.max_spread
+            });
+            let now = clock.now();
+            // The next round, as long as this one, would overrun the budget.
+            if round >= max || settled || (now - start) + (now - round_start) > all_budget {
+                for (k, p) in std::mem::take(&mut measuring) {
+                    end(k, Ok(p.timing()), &mut results);
+                }
+            }
+        }
     }
     results
         .into_iter()
         .map(|r| r.expect("every kernel's measurement ended"))
         .collect()
+}
+
+/// A kernel's first call and warm-up by the protocol: the calls per repeat follow from the
+/// warm-up calls' mean time.
+fn warm_up<E>(
+    clock: &dyn Clock,
+    settings: &Settings,
+    k: usize,
+    repeat: &mut Repeat<'_, E>,
+) -> Result<Progress, E> {
+    let start = clock.now();
+    let first = repeat(k, 1, false)?;
+    let warm_start = clock.now();
+    let (mut warm, mut warm_time) = (0u64, Duration::ZERO);
+    loop {
+        let d = repeat(k, 1, false)?;
+        warm += 1;
+        warm_time += d;
+        let now = clock.now();
+        if now - warm_start >= settings.warmup || now - start >= settings.budget {
+            break;
+        }
+    }
+    let per_call = warm_time / (warm.min(u32::MAX as u64) as u32);
+    Ok(Progress {
+        first_call: first.as_secs_f64(),
+        calls: 1 + warm,
+        number: calls_per_repeat(per_call, settings.min_repeat),
+        repeats: Vec::new(),
+        spent: clock.now() - start,
+    })
 }
 
 impl Progress {
@@ -590,6 +737,110 @@ mod tests {
             measure(&clock, &Settings::candidates(), &mut || {}, &mut call),
             Err("division by zero")
         );
+    }
+
+    #[test]
+    fn placements_are_timed_in_rounds_so_a_busy_spell_falls_on_all() {
+        // Two placements of 10 and 11 ms; the machine gets twice as slow from the 7th run on
+        // (the fourth round). Timed one after the other, the first would have been timed
+        // quiet and the second busy (10 against 22 ms).
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let order = std::cell::RefCell::new(Vec::new());
+        let mut run = |k: usize| -> Result<f64, String> {
+            order.borrow_mut().push(k);
+            let busy = if order.borrow().len() > 6 { 2.0 } else { 1.0 };
+            let t = [10.0, 11.0][k] * busy / 1e3;
+            clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
+            Ok(t)
+        };
+        let s = Settings::models();
+        let t = time_in_rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
+        let order = order.into_inner();
+        // Alternating, the same number of runs each.
+        assert_eq!(&order[..4], [0, 1, 0, 1]);
+        let (a, b) = (t[0].as_ref().unwrap(), t[1].as_ref().unwrap());
+        assert_eq!(a.len(), b.len());
+        assert!(a.len() >= s.min_repeats);
+        // The busy spell hit both: their medians keep the true 10:11 ratio.
+        let ratio = median(b) / median(a);
+        assert!((ratio - 1.1).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn rounds_stop_when_settled_or_out_of_budget_and_failures_leave() {
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let tick = |ms: f64| {
+            clock
+                .0
+                .set(clock.0.get() + Duration::from_secs_f64(ms / 1e3))
+        };
+        // Steady placements settle after the minimum number of rounds.
+        let s = Settings::models();
+        let t = time_in_rounds(
+            &[None, None],
+            &s,
+            &clock,
+            &mut |_| {
+                tick(5.0);
+                Ok(5e-3)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), s.min_repeats);
+        // A placement whose warm-up failed is not run; one that fails later leaves the rounds
+        // with its error, the others go on.
+        let mut calls = [0usize; 3];
+        let t = time_in_rounds(
+            &[None, Some("no".into()), None],
+            &s,
+            &clock,
+            &mut |k| {
+                calls[k] += 1;
+                tick(5.0);
+                if k == 2 && calls[k] == 2 {
+                    Err("broke".into())
+                } else {
+                    Ok(5e-3)
+                }
+            },
+            &|_, _| {},
+        );
+        assert_eq!(calls, [s.min_repeats, 0, 2]);
+        assert_eq!(t[1], Err("no".to_string()));
+        assert_eq!(t[2], Err("broke".to_string()));
+        // Runs that slow down round after round (never settling: round r takes r/2 s per
+        // placement), against a budget of 2 x 20 s: after round 7 (28 s in all) the next
+        // fits (36 s), after round 8 it would not (45 s).
+        let mut runs = 0usize;
+        let t = time_in_rounds(
+            &[None, None],
+            &s,
+            &clock,
+            &mut |_| {
+                runs += 1;
+                let secs = 0.5 * ((runs - 1) / 2 + 1) as f64;
+                tick(secs * 1e3);
+                Ok(secs)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), 8);
+        assert_eq!(t[1].as_ref().unwrap().len(), 8);
+        let short = Settings {
+            budget: Duration::from_millis(1),
+            ..s
+        };
+        let t = time_in_rounds(
+            &[None],
+            &short,
+            &clock,
+            &mut |_| {
+                tick(3000.0);
+                Ok(3.0)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), 1);
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!   named them by counters that depended on visiting order).
 //! * The rewritten module is type-checked, printed, parsed back and compared with the input
 //!   after inlining every partition function ([`crate::partition::inline`]).
+//! * To run a placement ([`runnable`]), every partition instead becomes a function literal
+//!   called from `@main`: native ones `Primitive=1` (one kernel each), BYOC ones with their
+//!   `Compiler` and composites, as the executor hands them to the backends.
 
 use super::{PartitionError, Plan};
 use crate::enumerate::key::Signatures;
@@ -200,6 +203,41 @@ pub fn rewrite(
                 .next()
                 .map_or_else(String::new, |x| x.message.clone()),
         )
+    })?;
+    Ok(m)
+}
+
+/// The attributes of a native partition's function when it runs as one kernel.
+pub fn native_attrs() -> crate::enumerate::subgraph::FnAttrs {
+    vec![("Primitive".to_string(), AttrValue::int(1))]
+}
+
+/// The module a placement runs, beside [`rewrite`]'s program in TVM's encoding: every partition
+/// a function called from `@main` (native ones `Primitive=1`, library ones with their
+/// `Compiler` and composites), type-checked, so that each backend compiles its partitions as
+/// the executor meets them.
+pub fn runnable(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    parts: &[super::Partition],
+) -> Result<Module, String> {
+    let mut groups = Vec::new();
+    for p in parts {
+        let t = &program.targets[p.target];
+        if t.is_host {
+            continue;
+        }
+        if t.compiler.is_some() {
+            groups.extend(p.sub_graph.nested.iter().cloned());
+        } else {
+            groups.push((p.sub_graph.clone(), native_attrs()));
+        }
+    }
+    let mut m = extract::rewrite_nested(g, &groups).map_err(|e| e.to_string())?;
+    crate::typeck::check(&mut m).map_err(|d| {
+        d.iter()
+            .next()
+            .map_or_else(String::new, |x| x.message.clone())
     })?;
     Ok(m)
 }

@@ -1,6 +1,6 @@
 //! The measuring options shared by `collage partition` and `collage bench` (`--threads`,
-//! `--cache-dir`, `--cache`, `--measure-budget`), opening the measuring estimator, and its
-//! lines in reports.
+//! `--cache-dir`, `--cache`, `--measure-budget`), the cache directory, and opening the
+//! measuring estimator.
 
 use super::Outcome;
 use crate::diag::{self, Diagnostic};
@@ -38,8 +38,8 @@ impl MeasureArgs {
 
     /// Refuses nonsensical values (a usage error).
     pub fn check(&self) -> Result<(), Outcome> {
-        super::run::check_threads(self.threads)?;
-        super::run::check_seconds_flag("--measure-budget", self.budget)
+        super::checks::threads(self.threads)?;
+        super::checks::seconds_flag("--measure-budget", self.budget)
     }
 
     /// The cache directory in use (given or from the environment).
@@ -109,9 +109,10 @@ pub fn open(
         Outcome::Usage
     })?;
     if args.cold && !measure::flush::EVICTS {
-        eprintln!(
-            "warning: `--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here"
-        );
+        diag::emit_alone(Diagnostic::warning(
+            diag::W2407,
+            "`--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here",
+        ));
     }
     let mut settings = if args.cold && measure::flush::EVICTS {
         measure::protocol::Settings::candidates_cold()
@@ -187,36 +188,4 @@ pub fn report_notes(m: &Measure) {
     for n in m.take_notes() {
         diag::emit_alone(Diagnostic::warning(diag::W2403, n.to_string()));
     }
-}
-
-/// One line for table reports.
-pub fn summary_line(m: &Measure) -> String {
-    let c = m.counters();
-    format!(
-        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s); cache `{}`",
-        c.measured,
-        c.invalid,
-        c.cached,
-        c.unknown,
-        c.compile_seconds,
-        c.measure_seconds,
-        m.config().threads,
-        m.database().display()
-    )
-}
-
-/// The `measure` object of JSON reports.
-pub fn summary_json(m: &Measure) -> serde_json::Value {
-    let c = m.counters();
-    serde_json::json!({
-        "measured": c.measured,
-        "invalid": c.invalid,
-        "cached": c.cached,
-        "unknown": c.unknown,
-        "compile_seconds": c.compile_seconds,
-        "measure_seconds": c.measure_seconds,
-        "threads": m.config().threads,
-        "database": m.database().display().to_string(),
-        "backends": m.setup().names(),
-    })
 }

@@ -1,0 +1,208 @@
+//! `collage bench`: partitions a model with measured costs, then runs the Collage plan and every
+//! baseline placement end to end on this machine, on the same weights and inputs, checks their
+//! outputs against the reference interpreter, and reports their latencies side by side (table,
+//! JSON, an SVG chart).
+//!
+//! The work is the pipeline's ([`crate::pipeline::prepare`], [`crate::pipeline::search`] and
+//! [`crate::pipeline::placements`], which says what the placements are and how they run); this
+//! module orders it and renders the results ([`report`], [`chart`]).
+
+mod chart;
+mod report;
+
+use super::progress::Bar;
+use super::render::Format;
+use super::Outcome;
+use crate::backend::registry::Setup;
+use crate::diag::{self, Diagnostic, Diagnostics};
+use crate::enumerate::Limits;
+use crate::exec::data::Weights;
+use crate::measure::protocol::Settings;
+use crate::partition::{self, Progress as _};
+use crate::pipeline::placements::{self, Row, Status};
+use crate::pipeline::{self, checks, measuring, Inputs, Targets};
+use crate::source::SourceMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Everything `collage bench` is asked to do.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model.
+    pub model: PathBuf,
+    /// Rules files or directories (empty: the shipped library).
+    pub rules: Vec<PathBuf>,
+    /// Only these targets (empty: the targets that can run here; the host is always kept).
+    pub targets: Vec<String>,
+    /// The cost specification.
+    pub costs: crate::cost::Spec,
+    /// Time limit of one `cmd:` measurement.
+    pub cmd_timeout: std::time::Duration,
+    /// Depth limits.
+    pub limits: Limits,
+    /// Threads, cache and candidate budget.
+    pub measure: measuring::MeasureArgs,
+    /// The time budget of one placement's end-to-end measurement, in seconds.
+    pub run_budget: Option<f64>,
+    /// Report format.
+    pub format: Format,
+    /// Where to write the SVG chart.
+    pub plot: Option<PathBuf>,
+    /// Print each placement's partitions with their estimates and times inside the model.
+    pub profile: bool,
+    /// Relative tolerance of the output check (default per dtype).
+    pub rtol: Option<f64>,
+    /// Absolute tolerance of the output check (default per dtype).
+    pub atol: Option<f64>,
+    /// Show progress on stderr even when it is not a terminal.
+    pub progress: bool,
+    /// `--max-memory`: the memory limit (default: what the machine has available).
+    pub max_memory: Option<String>,
+}
+
+/// Runs `collage bench`.
+pub fn bench_command(req: &Request) -> Outcome {
+    match bench_inner(req) {
+        Ok(o) | Err(o) => o,
+    }
+}
+
+fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
+    let start = Instant::now();
+    req.measure.check()?;
+    checks::seconds_flag("--run-budget", req.run_budget)?;
+    checks::tolerances(req.rtol, req.atol)?;
+    let check_outputs = |rules_read: &[PathBuf]| check_outputs(req, rules_read);
+    check_outputs(&[])?;
+    let threads = req.measure.thread_count();
+    // The cache directory, checked once: refused (E2410) or replaced (W2411).
+    let place = measuring::cache_place(req.measure.cache_dir.as_deref())?;
+    let margs = measuring::MeasureArgs {
+        cache_dir: place.dir().map(std::path::Path::to_path_buf),
+        ..req.measure.clone()
+    };
+    measuring::quiet_openmp();
+    let bar = Bar::new(false, req.progress);
+    let mut sources = SourceMap::new();
+    let inputs = Inputs {
+        model: &req.model,
+        rules: &req.rules,
+        targets: if req.targets.is_empty() {
+            Targets::RunnableHere
+        } else {
+            Targets::Named(&req.targets)
+        },
+        costs: &req.costs,
+        cmd_timeout: req.cmd_timeout,
+        measure: &margs,
+    };
+    let prepared = pipeline::prepare(&mut sources, &inputs, &check_outputs)?;
+    let (m, program) = (&prepared.model.module, &prepared.program);
+    let measurer = prepared.estimator.measurer.as_deref();
+    let own_setup;
+    let setup: &Setup = match measurer {
+        Some(mm) => mm.setup(),
+        None => {
+            own_setup = Setup::new(&program.targets, threads, margs.resolved_dir());
+            &own_setup
+        }
+    };
+    checks::memory(&[m], req.max_memory.as_deref())?;
+    let g = pipeline::graph(m)?;
+    let popts = partition::Options {
+        limits: req.limits,
+        ..partition::Options::default()
+    };
+    bar.show();
+    let partition_start = Instant::now();
+    let mut plan = pipeline::search(&sources, &prepared, &g, &popts, &bar)?;
+    let partition_ms = partition_start.elapsed().as_secs_f64() * 1e3;
+
+    bar.phase("reference outputs", 0);
+    let weights = Weights::new(req.measure.seed);
+    let reference = placements::reference(&sources, setup, m, &weights, &bar)?;
+    let mut settings = Settings::models();
+    if let Some(b) = req.run_budget {
+        settings.budget = std::time::Duration::from_secs_f64(b.min(1e6));
+    }
+    let bench = placements::Bench {
+        g: &g,
+        program,
+        limits: &popts.limits,
+        setup,
+        weights: &weights,
+        reference: &reference,
+        tolerances: (req.rtol, req.atol),
+        settings,
+        lock: measurer.map(|mm| mm.database()),
+    };
+    let rows = placements::run(&bench, &mut plan, &bar);
+    bar.finish();
+
+    let speedup = placements::speedup_of(&rows);
+    let rep = report::Report {
+        req,
+        program,
+        threads,
+        rows: &rows,
+        speedup: speedup.as_ref(),
+        plan: &plan,
+        partition_ms,
+        reference_ms: reference.ms,
+        measurer,
+        elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+    };
+    if let Some(path) = &req.plot {
+        super::write_output(path, &chart::plot_svg(&rep))?;
+    }
+    let text = match req.format {
+        Format::Table => rep.table(),
+        Format::Json => rep.json(),
+    };
+    super::out(&text)?;
+    let differ = differences(&rows);
+    if differ.is_empty() {
+        return Ok(Outcome::Ok);
+    }
+    diag::emit_stderr(&differ, &sources);
+    Ok(Outcome::InputErrors)
+}
+
+/// Refuses `--plot` and `--cache` (when measuring) naming each other or an input (see
+/// [`super::output::check_output_paths`]).
+fn check_outputs(req: &Request, rules_read: &[PathBuf]) -> Result<(), Outcome> {
+    let mut outputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    if let Some(plot) = &req.plot {
+        outputs.push(("--plot", plot));
+    }
+    if let Some(c) = req.measure.cache.as_deref() {
+        if req.costs.uses_measure() {
+            outputs.push(("--cache", c));
+        }
+    }
+    super::output::check_output_paths(&outputs, &req.model, &req.rules, rules_read, &req.costs)
+}
+
+/// E2404 for every output of a placement that ran and differs from the reference
+/// interpreter's.
+fn differences(rows: &[Row]) -> Diagnostics {
+    let mut ds = Diagnostics::new();
+    for r in rows {
+        let Status::Ran { diffs, .. } = &r.status else {
+            continue;
+        };
+        if r.outputs_ok(rows) != Some(false) {
+            continue;
+        }
+        for (i, (d, rtol, atol)) in diffs.iter().enumerate().filter(|(_, d)| !d.0.within()) {
+            ds.push(Diagnostic::error(
+                diag::E2404,
+                format!(
+                    "output{i} of the {} placement differs from the reference interpreter's: {} element(s) beyond rtol {rtol} and atol {atol} (largest absolute difference {:.3e})",
+                    r.name, d.mismatched, d.max_abs
+                ),
+            ));
+        }
+    }
+    ds
+}

@@ -1,0 +1,69 @@
+//! What several commands' reports share: the report format, how nodes and costs are written,
+//! and the measuring estimator's lines.
+
+use crate::cost::Cost;
+use crate::enumerate::DataflowGraph;
+use crate::ir::Module;
+use crate::measure::Measure;
+
+/// Report formats (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// How a node is named in listings: its `%name` in the source, else `#index`.
+pub fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
+    g.graph
+        .binding(m, crate::dataflow::NodeIdx(i as u32))
+        .unwrap_or_else(|| format!("#{i}"))
+}
+
+/// A cost in seconds as costs are written.
+pub fn fmt_cost(s: f64) -> String {
+    Cost::value(s).to_string()
+}
+
+/// A number for JSON: finite numbers as numbers, others (NaN, infinities) as strings.
+pub fn json_num(v: f64) -> serde_json::Value {
+    if v.is_finite() {
+        serde_json::json!(v)
+    } else {
+        serde_json::json!(v.to_string())
+    }
+}
+
+/// One line for table reports.
+pub fn summary_line(m: &Measure) -> String {
+    let c = m.counters();
+    format!(
+        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s); cache `{}`",
+        c.measured,
+        c.invalid,
+        c.cached,
+        c.unknown,
+        c.compile_seconds,
+        c.measure_seconds,
+        m.config().threads,
+        m.database().display()
+    )
+}
+
+/// The `measure` object of JSON reports.
+pub fn summary_json(m: &Measure) -> serde_json::Value {
+    let c = m.counters();
+    serde_json::json!({
+        "measured": c.measured,
+        "invalid": c.invalid,
+        "cached": c.cached,
+        "unknown": c.unknown,
+        "compile_seconds": c.compile_seconds,
+        "measure_seconds": c.measure_seconds,
+        "threads": m.config().threads,
+        "database": m.database().display().to_string(),
+        "backends": m.setup().names(),
+    })
+}

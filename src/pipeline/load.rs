@@ -1,0 +1,190 @@
+//! Loading inputs: models through their front end, rules through the rules language, with the
+//! problems reported as diagnostics.
+//!
+//! [`model`] is the one entry every command loads a model through (`parse`, `candidates`,
+//! `fuse`, `partition`, `plan-devices`, `run`, `bench`): it picks the front end ([`FrontEnd`])
+//! and returns a type-checked [`Module`]. A second front end plugs in here.
+
+use super::{report, usage_error, Outcome};
+use crate::diag::{self, Diagnostic, E0901};
+use crate::ir::{FuncId, Module, VirtualDevice};
+use crate::ruletree::Program;
+use crate::sema::{self, Provider};
+use crate::source::{FileId, ReadError, SourceMap};
+use std::path::{Path, PathBuf};
+
+/// The front ends that read a model file into a [`Module`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontEnd {
+    /// TVM's Relay text format ([`crate::relay`]).
+    Relay,
+}
+
+impl FrontEnd {
+    /// The front end that reads `path`. Every model is read as Relay text for now.
+    pub fn of(_path: &Path) -> FrontEnd {
+        FrontEnd::Relay
+    }
+}
+
+/// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
+/// larger than the input limit), a located E0101 at the first byte that is not UTF-8.
+pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outcome> {
+    match crate::source::read_text(path) {
+        Ok(text) => Ok(sources.add(path.display().to_string(), text)),
+        Err(ReadError::NotUtf8 { text, at }) => {
+            let d = diag::not_utf8(sources, path, text, at, crate::diag::E0101);
+            diag::emit_stderr(&d.into(), sources);
+            Err(Outcome::InputErrors)
+        }
+        Err(e) => Err(usage_error(
+            E0901,
+            format!("cannot read `{}`: {e}", path.display()),
+        )),
+    }
+}
+
+/// Loads a model file through its front end: parsed and type-checked.
+pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
+    match FrontEnd::of(path) {
+        FrontEnd::Relay => {
+            let file = read_source(sources, path)?;
+            crate::relay::load(sources, file).map_err(|diags| {
+                report(&diags, sources);
+                Outcome::InputErrors
+            })
+        }
+    }
+}
+
+/// The `@main` function of a loaded model, or E0904 naming the file and the functions it does
+/// define.
+pub fn main_of(m: &Module, path: &Path) -> Result<FuncId, Outcome> {
+    if let Some(f) = m.main() {
+        return Ok(f);
+    }
+    let defined: Vec<String> = m
+        .defs
+        .iter()
+        .map(|(g, _)| format!("`@{}`", m.globals[g.index()].name))
+        .collect();
+    let d = Diagnostic::error(
+        crate::diag::E0904,
+        format!("`{}` has no `@main` function", path.display()),
+    );
+    diag::emit_alone(if defined.is_empty() {
+        d.with_note("the module defines no functions")
+    } else {
+        d.with_note(format!(
+            "it defines {}; collage works on `@main`: name the entry function `@main`",
+            defined.join(", ")
+        ))
+    });
+    Err(Outcome::InputErrors)
+}
+
+/// A model and its `@main`.
+pub fn model_with_main(sources: &mut SourceMap, path: &Path) -> Result<(Module, FuncId), Outcome> {
+    let m = model(sources, path)?;
+    let main = main_of(&m, path)?;
+    Ok((m, main))
+}
+
+/// A model ready to be partitioned, with the device planned for each expression when the model
+/// has device annotations.
+pub struct Planned {
+    /// The model (planned, with its device copies, when it has annotations).
+    pub module: Module,
+    /// The planned device of every expression, by expression index (`None`: no annotations).
+    pub devices: Option<Vec<VirtualDevice>>,
+}
+
+/// Loads a model for partitioning: models with device annotations are planned first (with
+/// nothing defaulted), and the planned module, with its copies, is what gets partitioned; the
+/// planned device of every expression comes along.
+pub fn planned(sources: &mut SourceMap, path: &Path) -> Result<Planned, Outcome> {
+    let m = model(sources, path)?;
+    main_of(&m, path)?;
+    if !crate::devices::has_annotations(&m) {
+        return Ok(Planned {
+            module: m,
+            devices: None,
+        });
+    }
+    match crate::devices::plan_devices(&m, &VirtualDevice::unconstrained()) {
+        Ok(plan) => {
+            let mut planned = plan.module;
+            if let Err(d) = crate::typeck::check(&mut planned) {
+                report(&d, sources);
+                return Err(Outcome::Internal);
+            }
+            Ok(Planned {
+                module: planned,
+                devices: Some(plan.devices),
+            })
+        }
+        Err(d) => {
+            report(&d, sources);
+            Err(Outcome::InputErrors)
+        }
+    }
+}
+
+/// Expands directories into their `.rules` files (sorted); files are kept as given.
+pub fn rules_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Outcome> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let entries = std::fs::read_dir(p).map_err(|e| {
+                usage_error(
+                    E0901,
+                    format!("cannot read directory `{}`: {e}", p.display()),
+                )
+            })?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "rules"))
+                .collect();
+            files.sort();
+            out.extend(files);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            return Err(usage_error(
+                E0901,
+                format!("cannot read `{}`: no such file or directory", p.display()),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Checked rules and the files they were read from.
+pub struct Rules {
+    /// The compiled targets and rule trees.
+    pub program: Program,
+    /// The files read from disk (canonical paths, imports included; none for the library).
+    pub files: Vec<PathBuf>,
+}
+
+/// Loads rules: the given files and directories, or the embedded library when there are none.
+pub fn rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Rules, Outcome> {
+    let checked = if paths.is_empty() {
+        sema::check(
+            sources,
+            &Provider::Embedded(crate::library::LIBRARY),
+            &crate::library::roots(),
+        )
+    } else {
+        let roots = rules_files(paths)?;
+        sema::check(sources, &Provider::Files, &roots)
+    };
+    report(&checked.diags, sources);
+    match checked.program {
+        Some(program) => Ok(Rules {
+            program,
+            files: checked.disk_files,
+        }),
+        None => Err(Outcome::InputErrors),
+    }
+}

@@ -153,6 +153,9 @@ struct Scan {
     /// `(line, name)`: a path outside `#[cfg(test)]` items that resolves to the crate root and
     /// continues with `name` (a top-level module, or another item of the crate root).
     uses: Vec<(usize, String)>,
+    /// `(line, path)`: every path outside `#[cfg(test)]` items that starts from `crate` or
+    /// `super`, resolved from the crate root, cut after two segments (a group and its module).
+    paths: Vec<(usize, Vec<String>)>,
     /// Modules declared by `#[cfg(test)] mod x;`: their files are test-only.
     test_modules: Vec<Vec<String>>,
 }
@@ -233,6 +236,20 @@ fn scan(module: &[&str], src: &str) -> Scan {
             if base == Some(0) {
                 for name in first_segments(&toks, j) {
                     out.uses.push((line, name));
+                }
+            }
+            if let Some(b) = base {
+                for name in first_segments(&toks, j) {
+                    let mut abs: Vec<String> = path[..b].to_vec();
+                    abs.push(name);
+                    // One more segment, when the path goes on with a name (`a::b`).
+                    if abs.len() < 2 && sep(j + 1) {
+                        if let Some(Tok::Ident(next)) = t(j + 2) {
+                            abs.push(next.clone());
+                        }
+                    }
+                    abs.truncate(2);
+                    out.paths.push((line, abs));
                 }
             }
             i = j;
@@ -379,10 +396,15 @@ fn edges(modules: &BTreeSet<String>) -> Vec<Edge> {
         if test_only.iter().any(|t| module.starts_with(t)) {
             continue;
         }
-        let Some(from) = module.first() else { continue };
+        let Some(from) = unit_of(&module, modules) else {
+            continue;
+        };
         let mut seen = BTreeSet::new();
-        for (line, to) in s.uses {
-            if &to != from && modules.contains(&to) && seen.insert((line, to.clone())) {
+        for (line, path) in s.paths {
+            let Some(to) = unit_of(&path, modules) else {
+                continue;
+            };
+            if to != from && seen.insert((line, to.clone())) {
                 out.push(Edge {
                     from: from.clone(),
                     to,
@@ -394,16 +416,53 @@ fn edges(modules: &BTreeSet<String>) -> Vec<Edge> {
     out
 }
 
-/// The top-level modules declared in `src/lib.rs`.
-fn lib_modules() -> BTreeSet<String> {
-    let text = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
-    let toks: Vec<Tok> = lex(&text).into_iter().map(|(t, _)| t).collect();
-    toks.windows(3)
+/// The unit a module path belongs to: the longest of its first one or two segments that is a
+/// unit (`analysis::typeck` for `analysis::typeck::check`, `ir` for `ir::equal`).
+fn unit_of(path: &[String], units: &BTreeSet<String>) -> Option<String> {
+    (1..=path.len().min(2))
+        .rev()
+        .map(|n| path[..n].join("::"))
+        .find(|u| units.contains(u))
+}
+
+/// The modules a file declares with `mod x;`, and whether it declares nothing else (a group).
+fn declared(text: &str) -> (Vec<String>, bool) {
+    let toks: Vec<Tok> = lex(text).into_iter().map(|(t, _)| t).collect();
+    let names: Vec<String> = toks
+        .windows(3)
         .filter_map(|w| match w {
             [Tok::Ident(m), Tok::Ident(name), Tok::Punct(';')] if m == "mod" => Some(name.clone()),
             _ => None,
         })
-        .collect()
+        .collect();
+    let only_mods = toks.len() == 4 * names.len()
+        && toks.chunks(4).all(|c| {
+            matches!(c, [Tok::Ident(p), Tok::Ident(m), Tok::Ident(_), Tok::Punct(';')]
+                if p == "pub" && m == "mod")
+        });
+    (names, only_mods)
+}
+
+/// The units of the module graph: the top-level modules declared in `src/lib.rs`, except that a
+/// group (a folder whose `mod.rs` only declares modules, such as `analysis`) stands for its
+/// modules (`analysis::typeck`, ...).
+fn lib_modules() -> BTreeSet<String> {
+    let src = root().join("src");
+    let (top, _) = declared(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    let mut units = BTreeSet::new();
+    for m in top {
+        let group = std::fs::read_to_string(src.join(&m).join("mod.rs"))
+            .map(|t| declared(&t))
+            .ok()
+            .filter(|(names, only)| *only && !names.is_empty());
+        match group {
+            Some((names, _)) => units.extend(names.into_iter().map(|n| format!("{m}::{n}"))),
+            None => {
+                units.insert(m);
+            }
+        }
+    }
+    units
 }
 
 /// One row of the layer table.
@@ -725,6 +784,39 @@ struct S { #[cfg(test)] a: crate::t::A, b: crate::ok::B }
         whole.test_modules,
         vec![vec!["m".to_string(), "t".to_string()]]
     );
+}
+
+#[test]
+fn paths_resolve_to_groups_and_their_modules() {
+    let s = scan(
+        &["analysis", "devices"],
+        "use crate::planning::cost::Cost;\nfn f() { super::typeck::check(); crate::ir::X; }\n",
+    );
+    let p = |l: usize, a: &[&str]| (l, a.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        s.paths,
+        [
+            p(1, &["planning", "cost"]),
+            p(2, &["analysis", "typeck"]),
+            p(2, &["ir", "X"])
+        ]
+    );
+    let units: BTreeSet<String> = ["ir", "analysis::typeck", "planning::cost"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let unit = |a: &[&str]| unit_of(&a.iter().map(|x| x.to_string()).collect::<Vec<_>>(), &units);
+    assert_eq!(unit(&["ir", "X"]).as_deref(), Some("ir"));
+    assert_eq!(
+        unit(&["analysis", "typeck"]).as_deref(),
+        Some("analysis::typeck")
+    );
+    assert_eq!(unit(&["analysis"]), None);
+    assert_eq!(
+        declared("//! d\npub mod a;\npub mod b;\n"),
+        (vec!["a".into(), "b".into()], true)
+    );
+    assert!(!declared("pub mod a;\nfn f() {}\n").1);
 }
 
 #[test]

@@ -2,17 +2,17 @@
 //!
 //! Run with `cargo bench --bench enumerate`.
 
-use collage::enumerate::{enumerate, DataflowGraph, Limits};
+use collage::planning::enumerate::{enumerate, DataflowGraph, Limits};
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn bench_enumerate(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     for name in ["mnist", "resnet50", "gpt2"] {
         let path = format!("{}/tests/models/{name}.relay", env!("CARGO_MANIFEST_DIR"));
         let file = sources.add(&path, std::fs::read_to_string(&path).expect("model"));
-        let m = collage::relay::load(&sources, file).expect("model loads");
+        let m = collage::frontend::relay::load(&sources, file).expect("model loads");
         let main = m.main().expect("@main");
         c.bench_function(&format!("enumerate {name} (all shipped targets)"), |b| {
             b.iter(|| {

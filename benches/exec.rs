@@ -4,9 +4,9 @@
 //!
 //! Run with `cargo bench --bench exec` (`-- resnet50` etc. to pick one). Threads: all cores.
 
-use collage::exec::data::Weights;
-use collage::exec::executor::{self, Options};
-use collage::exec::tensor::Tensor;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Options};
+use collage::runtime::exec::tensor::Tensor;
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ fn bench_models(c: &mut Criterion) {
         let path = format!("{}/tests/models/{name}.relay", env!("CARGO_MANIFEST_DIR"));
         let mut sources = SourceMap::new();
         let file = sources.add(&path, std::fs::read_to_string(&path).expect("model"));
-        let m = collage::relay::load(&sources, file).expect("model loads");
+        let m = collage::frontend::relay::load(&sources, file).expect("model loads");
         let weights = Weights::new(0);
         let mw = weights.for_module(&m);
         let x = executor::compile(&m, &mw, &Options::default()).expect("compiles");

@@ -2,7 +2,7 @@
 //!
 //! Run with `cargo bench --bench frontend`; the numbers are recorded in `docs/performance.md`.
 
-use collage::relay::{lexer::lex, load, parse, print::print_module};
+use collage::frontend::relay::{lexer::lex, load, parse, print::print_module};
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;

@@ -16,14 +16,14 @@
 //! `-- /1T/` a thread count). On a shared machine, see docs/performance.md for how the figures
 //! there were taken.
 
-use collage::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
-use collage::backend::native::{Config as NativeConfig, Native};
-use collage::backend::openblas::OpenBlasBackend;
-use collage::exec::data::Weights;
-use collage::exec::kernel::MemCounter;
-use collage::exec::kernel::{Backend, Prepared, RunCx, Unit};
-use collage::exec::tensor::{Shape, Tensor};
 use collage::ir::{DType, Module};
+use collage::runtime::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
+use collage::runtime::backend::native::{Config as NativeConfig, Native};
+use collage::runtime::backend::openblas::OpenBlasBackend;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::kernel::MemCounter;
+use collage::runtime::exec::kernel::{Backend, Prepared, RunCx, Unit};
+use collage::runtime::exec::tensor::{Shape, Tensor};
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::sync::Arc;
@@ -220,7 +220,7 @@ fn partition_text(k: &KernelSpec, compiler: Option<(&str, &str)>) -> String {
 fn load(text: &str) -> Module {
     let mut sources = SourceMap::new();
     let file = sources.add("kernel.relay", text.to_string());
-    collage::relay::load(&sources, file).unwrap_or_else(|d| panic!("{text}\n{d:?}"))
+    collage::frontend::relay::load(&sources, file).unwrap_or_else(|d| panic!("{text}\n{d:?}"))
 }
 
 /// The kernel's inputs (weights: `Some` constants for `prepare`) and its output tensors.
@@ -304,7 +304,7 @@ fn dnnl_setup(
 }
 
 fn bench_libs(c: &mut Criterion) {
-    let omp = collage::ffi::omp::Omp::shared().unwrap_or_else(|e| panic!("{e}"));
+    let omp = collage::runtime::ffi::omp::Omp::shared().unwrap_or_else(|e| panic!("{e}"));
     let cache = tempfile::tempdir().expect("a temporary kernel cache");
     let mem = MemCounter::new(0);
     for k in kernels() {

@@ -18,16 +18,16 @@
 //!
 //! Run with `cargo bench --bench native` (`-- gelu` etc. to pick one).
 
-use collage::backend::native::grouping::FuseGrouping;
-use collage::backend::native::{Config, Native};
-use collage::exec::data::Weights;
-use collage::exec::executor::{self, Executable, Grouping, Options};
-use collage::exec::kernel::MemCounter;
-use collage::exec::kernel::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
-use collage::exec::program::{group_units, Region};
-use collage::exec::tensor::Tensor;
-use collage::exec::value::flat_shapes;
 use collage::ir::Expr;
+use collage::runtime::backend::native::grouping::FuseGrouping;
+use collage::runtime::backend::native::{Config, Native};
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Executable, Grouping, Options};
+use collage::runtime::exec::kernel::MemCounter;
+use collage::runtime::exec::kernel::{Backend, Backends, ConstantSource, Prepared, RunCx, Unit};
+use collage::runtime::exec::program::{group_units, Region};
+use collage::runtime::exec::tensor::Tensor;
+use collage::runtime::exec::value::flat_shapes;
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::path::Path;
@@ -38,7 +38,7 @@ fn load(name: &str) -> collage::ir::Module {
     let path = format!("{}/tests/fixtures/{name}.relay", env!("CARGO_MANIFEST_DIR"));
     let mut sources = SourceMap::new();
     let file = sources.add(&path, std::fs::read_to_string(&path).expect("fixture"));
-    collage::relay::load(&sources, file).expect("fixture loads")
+    collage::frontend::relay::load(&sources, file).expect("fixture loads")
 }
 
 fn native(threads: usize, cache: &Path) -> Arc<Native> {
@@ -152,7 +152,7 @@ fn bench_kernels(c: &mut Criterion) {
                 buffers: None,
             };
             // The kernel runs on the calling thread's OpenMP pool, as in the executor.
-            if let Ok(omp) = collage::ffi::omp::Omp::shared() {
+            if let Ok(omp) = collage::runtime::ffi::omp::Omp::shared() {
                 omp.set_num_threads(threads);
             }
             c.bench_function(&format!("{label} kernel {threads}T"), |b| {

@@ -6,8 +6,8 @@
 //! embeddings). Run with `cargo bench --bench onnx`; the figures are in `docs/onnx.md`. The page
 //! cache is warm after the first iteration, which is the case the target (≤ 1 s) is about.
 
-use collage::onnx::builder::{gpt2_like_weights, write_gpt2_like};
-use collage::onnx::load_file;
+use collage::frontend::onnx::builder::{gpt2_like_weights, write_gpt2_like};
+use collage::frontend::onnx::load_file;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn loading(c: &mut Criterion) {

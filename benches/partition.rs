@@ -7,10 +7,10 @@
 //!   with relu, add and concatenate patterns (`benches/reference.rules`), mock costs, depths 8
 //!   and 8, no baselines.
 //!
-//! * `partition generated gpt2, <n> layers`: scaling (`collage::gen::gpt2`), all shipped targets,
+//! * `partition generated gpt2, <n> layers`: scaling (`collage::frontend::gen::gpt2`), all shipped targets,
 //!   analytic costs, no baselines.
 //! * `greedy regions, bert <n> layers`: the greedy regions of every shipped BYOC target on a
-//!   generated BERT-large (`collage::gen::bert_large`, sequence 128), from candidates
+//!   generated BERT-large (`collage::frontend::gen::bert_large`, sequence 128), from candidates
 //!   enumerated once, at the default limits: the phase `collage partition --timings` calls
 //!   `greedy regions` (candidates grouped by target, then each target's regions), without
 //!   matching the regions to the candidates. Run again and again on the same candidates, so
@@ -20,21 +20,21 @@
 //!
 //! Run with `cargo bench --bench partition`.
 
-use collage::cost::analytic::Analytic;
-use collage::cost::mock::Mock;
-use collage::cost::Estimator;
-use collage::enumerate::DataflowGraph;
 use collage::ir::Module;
-use collage::partition::{self, finalize, Options, Silent};
-use collage::ruletree::Program;
-use collage::sema::{check, Provider};
+use collage::planning::cost::analytic::Analytic;
+use collage::planning::cost::mock::Mock;
+use collage::planning::cost::Estimator;
+use collage::planning::enumerate::DataflowGraph;
+use collage::planning::partition::{self, finalize, Options, Silent};
+use collage::rules::ruletree::Program;
+use collage::rules::sema::{check, Provider};
 use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode};
 
 fn load(sources: &mut SourceMap, name: &str) -> Module {
     let path = format!("{}/tests/models/{name}.relay", env!("CARGO_MANIFEST_DIR"));
     let file = sources.add(&path, std::fs::read_to_string(&path).expect("model"));
-    collage::relay::load(sources, file).expect("model loads")
+    collage::frontend::relay::load(sources, file).expect("model loads")
 }
 
 fn run(m: &Module, program: &Program, est: &dyn Estimator, opts: &Options) -> f64 {
@@ -47,8 +47,8 @@ fn run(m: &Module, program: &Program, est: &dyn Estimator, opts: &Options) -> f6
 
 fn bench_partition(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::sema::check_library().expect("the shipped library checks");
-    let prelude = collage::library::LIBRARY
+    let library = collage::rules::sema::check_library().expect("the shipped library checks");
+    let prelude = collage::rules::library::LIBRARY
         .iter()
         .find(|(n, _)| *n == "rules/prelude.rules")
         .map(|(_, t)| *t)
@@ -87,14 +87,17 @@ fn bench_partition(c: &mut Criterion) {
 
 fn bench_scaling(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::sema::check_library().expect("the shipped library checks");
+    let library = collage::rules::sema::check_library().expect("the shipped library checks");
     let opts = Options {
         baselines: false,
         ..Options::default()
     };
     for layers in [12, 48] {
-        let file = sources.add(format!("gpt2_{layers}.relay"), collage::gen::gpt2(layers));
-        let m = collage::relay::load(&sources, file).expect("generated model loads");
+        let file = sources.add(
+            format!("gpt2_{layers}.relay"),
+            collage::frontend::gen::gpt2(layers),
+        );
+        let m = collage::frontend::relay::load(&sources, file).expect("generated model loads");
         c.bench_function(&format!("partition generated gpt2, {layers} layers"), |b| {
             b.iter(|| run(&m, &library, &Analytic, &opts))
         });
@@ -103,35 +106,35 @@ fn bench_scaling(c: &mut Criterion) {
 
 fn bench_greedy(c: &mut Criterion) {
     let mut sources = SourceMap::new();
-    let library = collage::sema::check_library().expect("the shipped library checks");
-    let limits = collage::enumerate::Limits::default();
+    let library = collage::rules::sema::check_library().expect("the shipped library checks");
+    let limits = collage::planning::enumerate::Limits::default();
     for layers in [24, 48, 96, 192, 384] {
         let file = sources.add(
             format!("bert_{layers}.relay"),
-            collage::gen::bert_large(layers, 128),
+            collage::frontend::gen::bert_large(layers, 128),
         );
-        let m = collage::relay::load(&sources, file).expect("generated model loads");
+        let m = collage::frontend::relay::load(&sources, file).expect("generated model loads");
         let g = DataflowGraph::new(&m, m.main().expect("@main"));
-        let candidates = collage::enumerate::enumerate(&g, &library, &limits)
+        let candidates = collage::planning::enumerate::enumerate(&g, &library, &limits)
             .expect("within the limits")
             .candidates;
-        let byoc: Vec<(usize, collage::ruletree::SubGraphConfig)> = library
+        let byoc: Vec<(usize, collage::rules::ruletree::SubGraphConfig)> = library
             .targets
             .iter()
             .enumerate()
             .filter(|(_, t)| t.compiler.is_some())
-            .map(|(k, t)| (k, collage::enumerate::target_limits(t, &limits)))
+            .map(|(k, t)| (k, collage::planning::enumerate::target_limits(t, &limits)))
             .collect();
         // Grouped by target once, then each target's regions, as `collage partition` does
         // (which keeps the regions: they are dropped outside the timing).
-        let greedy = |candidates: &[collage::enumerate::Candidate]| {
+        let greedy = |candidates: &[collage::planning::enumerate::Candidate]| {
             let mut own: Vec<Vec<usize>> = vec![Vec::new(); library.targets.len()];
             for (k, c) in candidates.iter().enumerate() {
                 own[c.target].push(k);
             }
             byoc.iter()
                 .map(|(t, config)| {
-                    collage::partition::greedy::regions(&g, candidates, &own[*t], config)
+                    collage::planning::partition::greedy::regions(&g, candidates, &own[*t], config)
                 })
                 .collect::<Vec<_>>()
         };
@@ -145,7 +148,7 @@ fn bench_greedy(c: &mut Criterion) {
         group.bench_function(format!("bert {layers} layers"), |b| {
             b.iter_batched_ref(
                 || {
-                    collage::enumerate::enumerate(&g, &library, &limits)
+                    collage::planning::enumerate::enumerate(&g, &library, &limits)
                         .expect("within the limits")
                         .candidates
                 },

@@ -3,8 +3,8 @@
 //! Run with `cargo bench --bench rules`; the numbers are recorded in `docs/performance.md`.
 //! The target for checking the whole library is 20 ms.
 
-use collage::dsl::parse_file;
-use collage::sema::{check, Provider};
+use collage::rules::dsl::parse_file;
+use collage::rules::sema::{check, Provider};
 use collage::source::{FileId, SourceMap};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;

@@ -5,7 +5,7 @@
 //! (TARGET defaults to `tvm`, REPEAT to 1). Prints the number of candidates and a hash of their
 //! sub-graphs, rule names and labels in output order.
 
-use collage::enumerate::{target_candidates, DataflowGraph, Limits};
+use collage::planning::enumerate::{target_candidates, DataflowGraph, Limits};
 use collage::source::SourceMap;
 use std::hash::{Hash, Hasher};
 
@@ -18,7 +18,7 @@ fn main() {
     let target = args.get(2).map_or("tvm", String::as_str);
     let repeat: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(1);
     let mut sources = SourceMap::new();
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     let t = program
         .targets
         .iter()
@@ -26,7 +26,7 @@ fn main() {
         .expect("a shipped target");
     let text = std::fs::read_to_string(path).expect("model");
     let file = sources.add(path, text);
-    let m = collage::relay::load(&sources, file).expect("model loads");
+    let m = collage::frontend::relay::load(&sources, file).expect("model loads");
     let main = m.main().expect("@main");
     let g = DataflowGraph::new(&m, main);
     for _ in 0..repeat {

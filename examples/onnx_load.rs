@@ -5,8 +5,8 @@
 //! MODEL.onnx` loads it in a fresh process and prints the time, the weights' total size and the
 //! peak resident set (`VmHWM` of `/proc/self/status`) against the file's size.
 
-use collage::onnx::builder::write_gpt2_like;
-use collage::onnx::load_file;
+use collage::frontend::onnx::builder::write_gpt2_like;
+use collage::frontend::onnx::load_file;
 use std::path::Path;
 use std::time::Instant;
 

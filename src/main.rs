@@ -139,7 +139,7 @@ enum Command {
         /// The model file (`.relay`).
         model: PathBuf,
         /// Maximum number of nodes in one group (TVM's `relay.FuseOps.max_depth`).
-        #[arg(long, value_name = "N", default_value_t = collage::fuse::DEFAULT_MAX_DEPTH, allow_negative_numbers = true)]
+        #[arg(long, value_name = "N", default_value_t = collage::analysis::fuse::DEFAULT_MAX_DEPTH, allow_negative_numbers = true)]
         max_depth: usize,
         /// Print the groups as JSON.
         #[arg(long)]
@@ -152,7 +152,7 @@ enum Command {
         /// The model file (`.relay`).
         model: PathBuf,
         /// Seed of the pseudo-random weights and inputs.
-        #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
+        #[arg(long, value_name = "N", default_value_t = collage::runtime::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
         seed: u64,
         /// An input from a NumPy file, by parameter name (without `%`); repeatable. Parameters
         /// not given are drawn from the seed.
@@ -308,7 +308,7 @@ enum GenerateModel {
     /// A BERT-large-style encoder (hidden 1024, 16 heads, feed-forward 4096).
     Bert {
         /// Encoder layers.
-        #[arg(long, value_name = "N", default_value_t = collage::gen::BERT_LARGE_LAYERS, allow_negative_numbers = true)]
+        #[arg(long, value_name = "N", default_value_t = collage::frontend::gen::BERT_LARGE_LAYERS, allow_negative_numbers = true)]
         layers: usize,
         /// Tokens in the input sequence.
         #[arg(
@@ -377,7 +377,7 @@ struct MeasureFlags {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     measure_budget: Option<f64>,
     /// Seed of the random weights and inputs of measurements.
-    #[arg(long, value_name = "N", default_value_t = collage::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", default_value_t = collage::runtime::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
     seed: u64,
     /// Show progress on stderr even when it is not a terminal (a line every few seconds).
     #[arg(long)]
@@ -428,17 +428,17 @@ struct Bounds {
     )]
     byoc_max_depth: u32,
     /// E-nodes the equivalences may add to the e-graph.
-    #[arg(long, value_name = "N", default_value_t = collage::enumerate::DEFAULT_MAX_ENODES as u64,
+    #[arg(long, value_name = "N", default_value_t = collage::planning::enumerate::DEFAULT_MAX_ENODES as u64,
           value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_enodes: u64,
     /// Rounds of equivalence application before the e-graph must be saturated.
     #[arg(long, value_name = "N",
-          default_value_t = collage::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
+          default_value_t = collage::planning::enumerate::DEFAULT_MAX_EGRAPH_ITERS as u64,
           value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_egraph_iters: u64,
     /// Candidates one rule of a target may hold (the unions combining builds included).
     #[arg(long, value_name = "N",
-          default_value_t = collage::enumerate::DEFAULT_MAX_CANDIDATES as u64,
+          default_value_t = collage::planning::enumerate::DEFAULT_MAX_CANDIDATES as u64,
           value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     max_candidates: u64,
 }
@@ -458,16 +458,16 @@ fn cost_timeout_of(secs: f64) -> Option<std::time::Duration> {
 }
 
 /// The `--costs` specification, parsed (E2104, a usage error, when it is malformed).
-fn costs_of(spec: &str) -> Option<collage::cost::Spec> {
-    collage::cost::Spec::parse(spec)
+fn costs_of(spec: &str) -> Option<collage::planning::cost::Spec> {
+    collage::planning::cost::Spec::parse(spec)
         .map_err(|e| driver::usage_error(collage::diag::E2104, format!("invalid `--costs`: {e}")))
         .ok()
 }
 
 /// The enumeration limits of a command line.
-fn limits(b: &Bounds) -> collage::enumerate::Limits {
+fn limits(b: &Bounds) -> collage::planning::enumerate::Limits {
     let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-    collage::enumerate::Limits {
+    collage::planning::enumerate::Limits {
         tvm_max_depth: b.tvm_max_depth.max(1),
         byoc_max_depth: b.byoc_max_depth.max(1),
         max_enodes: size(b.max_enodes),
@@ -486,8 +486,8 @@ struct ModuleOutput {
 }
 
 impl ModuleOutput {
-    fn options(self, type_comments: bool) -> collage::relay::print::PrintOptions {
-        collage::relay::print::PrintOptions {
+    fn options(self, type_comments: bool) -> collage::frontend::relay::print::PrintOptions {
+        collage::frontend::relay::print::PrintOptions {
             type_comments,
             tvm_compat: self.tvm_compat,
         }
@@ -548,10 +548,10 @@ fn usage_diagnostic(rendered: &str) -> collage::diag::Diagnostic {
     )
 }
 
-/// `--max-input-size`: a size as `--max-memory` takes it (`collage::exec::memory::parse_size`),
+/// `--max-input-size`: a size as `--max-memory` takes it (`collage::runtime::exec::memory::parse_size`),
 /// within the 32-bit span limit.
 fn parse_size(text: &str) -> Result<u64, String> {
-    let bytes = collage::exec::memory::parse_size(text)?;
+    let bytes = collage::runtime::exec::memory::parse_size(text)?;
     if bytes > collage::source::MAX_INPUT_BYTES_CEILING {
         return Err(format!(
             "`{text}` is out of range: the limit must be between 1 byte and 4G less one byte"

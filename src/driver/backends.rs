@@ -1,8 +1,8 @@
 //! `collage backends`: which backends this machine has, with their library and version, as the
-//! registry of this machine's backends ([`crate::backend::registry`]) probes them.
+//! registry of this machine's backends ([`crate::runtime::backend::registry`]) probes them.
 
 use super::Outcome;
-use crate::backend::registry::{self, Entry};
+use crate::runtime::backend::registry::{self, Entry};
 use std::path::{Path, PathBuf};
 
 fn shown(p: &Option<PathBuf>) -> String {

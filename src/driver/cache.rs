@@ -3,8 +3,8 @@
 
 use super::Outcome;
 use crate::diag::{self, Diagnostic};
-use crate::measure::db::{self, Db, Opened};
-use crate::measure::dir;
+use crate::runtime::measure::db::{self, Db, Opened};
+use crate::runtime::measure::dir;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -222,7 +222,7 @@ fn clear_inner(req: &Request) -> Result<Outcome, Outcome> {
         match &root {
             Some(d) => {
                 let k = dir::kernels(d);
-                if let Err(e) = crate::backend::native::cache::check_existing(d) {
+                if let Err(e) = crate::runtime::backend::native::cache::check_existing(d) {
                     diag::emit_alone(Diagnostic::error(
                         diag::E2410,
                         format!("the cache directory `{}` is refused: {e}", d.display()),

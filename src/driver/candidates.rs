@@ -2,10 +2,10 @@
 
 use super::render::node_name;
 use super::Outcome;
-use crate::enumerate::{Candidate, DataflowGraph, Enumeration, Limits};
 use crate::ir::Module;
 use crate::pipeline;
-use crate::ruletree::Program;
+use crate::planning::enumerate::{Candidate, DataflowGraph, Enumeration, Limits};
+use crate::rules::ruletree::Program;
 use crate::source::SourceMap;
 use std::path::{Path, PathBuf};
 
@@ -48,15 +48,22 @@ fn candidates_inner(
     })
 }
 
-fn nodes_text(m: &Module, g: &DataflowGraph<'_>, inside: &crate::dataflow::IndexSet) -> String {
+fn nodes_text(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    inside: &crate::analysis::dataflow::IndexSet,
+) -> String {
     inside
         .iter()
-        .map(
-            |i| match g.graph.op_name(m, crate::dataflow::NodeIdx(i as u32)) {
+        .map(|i| {
+            match g
+                .graph
+                .op_name(m, crate::analysis::dataflow::NodeIdx(i as u32))
+            {
                 Some(op) => format!("{}:{op}", node_name(m, g, i)),
                 None => format!("{}:{}", node_name(m, g, i), g.label[i]),
-            },
-        )
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -103,10 +110,10 @@ pub fn candidates_text(
 
 /// The composites (innermost nested sub-graphs with a `Composite` attribute) of a sub-graph.
 fn nested_leaves(
-    sg: &crate::enumerate::SubGraph,
+    sg: &crate::planning::enumerate::SubGraph,
 ) -> Vec<(
-    &crate::enumerate::SubGraph,
-    &crate::enumerate::subgraph::FnAttrs,
+    &crate::planning::enumerate::SubGraph,
+    &crate::planning::enumerate::subgraph::FnAttrs,
 )> {
     let mut out = Vec::new();
     let mut stack = vec![sg];
@@ -134,8 +141,8 @@ pub fn candidates_json(
     let node = |i: usize| {
         serde_json::json!({
             "index": i,
-            "op": g.graph.op_name(m, crate::dataflow::NodeIdx(i as u32)),
-            "binding": g.graph.binding(m, crate::dataflow::NodeIdx(i as u32)),
+            "op": g.graph.op_name(m, crate::analysis::dataflow::NodeIdx(i as u32)),
+            "binding": g.graph.binding(m, crate::analysis::dataflow::NodeIdx(i as u32)),
         })
     };
     let targets: Vec<serde_json::Value> = program
@@ -166,7 +173,7 @@ pub fn candidates_json(
                         "label": sg.label,
                         "depth": sg.depth,
                         "rule": c.rule_name,
-                        "fingerprint": crate::enumerate::key::fingerprint(g, c, &t.name),
+                        "fingerprint": crate::planning::enumerate::key::fingerprint(g, c, &t.name),
                         "composites": composites,
                     })
                 })

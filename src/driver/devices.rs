@@ -1,10 +1,10 @@
 //! `collage plan-devices MODEL [--minimal|--complete] [--default-device DEV] [--tvm-compat]`.
 
 use super::{load_model, report, Outcome};
-use crate::devices::plan_devices;
+use crate::analysis::devices::plan_devices;
+use crate::frontend::relay::print::{print_module_with, print_module_with_devices, PrintOptions};
 use crate::ir::device::device_type_code;
 use crate::ir::VirtualDevice;
-use crate::relay::print::{print_module_with, print_module_with_devices, PrintOptions};
 use crate::source::SourceMap;
 use std::path::Path;
 

@@ -16,7 +16,7 @@ pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
         Ok(f) => f,
         Err(o) => return o,
     };
-    let result = crate::fuse::fuse(&m, main, max_depth);
+    let result = crate::analysis::fuse::fuse(&m, main, max_depth);
     if json {
         let v = fuse_json(&m, main, max_depth, &result);
         super::written(super::out(&format!(
@@ -63,7 +63,7 @@ pub fn fuse_node_desc(m: &Module, e: crate::ir::ExprId) -> String {
 }
 
 /// The post-DFS index of every expression in a FuseOps result (`usize::MAX` if it has none).
-fn fuse_indices(m: &Module, r: &crate::fuse::FuseResult) -> Vec<usize> {
+fn fuse_indices(m: &Module, r: &crate::analysis::fuse::FuseResult) -> Vec<usize> {
     let mut idx = vec![usize::MAX; m.exprs.len()];
     for (i, e) in r.order.iter().enumerate() {
         idx[e.index()] = i;
@@ -97,7 +97,7 @@ pub fn fuse_text(
     m: &Module,
     func: crate::ir::FuncId,
     max_depth: usize,
-    r: &crate::fuse::FuseResult,
+    r: &crate::analysis::fuse::FuseResult,
 ) -> String {
     use std::fmt::Write as _;
     let idx = fuse_indices(m, r);
@@ -146,7 +146,7 @@ pub fn fuse_json(
     m: &Module,
     func: crate::ir::FuncId,
     max_depth: usize,
-    r: &crate::fuse::FuseResult,
+    r: &crate::analysis::fuse::FuseResult,
 ) -> serde_json::Value {
     use crate::ir::Expr;
     let idx = fuse_indices(m, r);

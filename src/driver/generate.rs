@@ -1,4 +1,4 @@
-//! `collage generate`: writes a generated model ([`crate::gen`]) to standard output or a file.
+//! `collage generate`: writes a generated model ([`crate::frontend::gen`]) to standard output or a file.
 
 use super::Outcome;
 use std::path::Path;
@@ -13,12 +13,12 @@ pub const MAX_GENERATED_SEQ: usize = 65536;
 /// Which model to generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Generated {
-    /// [`crate::gen::gpt2`] with this many layers.
+    /// [`crate::frontend::gen::gpt2`] with this many layers.
     Gpt2 {
         /// Transformer layers.
         layers: usize,
     },
-    /// [`crate::gen::bert_large`] with this many layers and this sequence length.
+    /// [`crate::frontend::gen::bert_large`] with this many layers and this sequence length.
     Bert {
         /// Encoder layers.
         layers: usize,
@@ -47,8 +47,8 @@ pub fn generate_command(what: Generated, output: Option<&Path>) -> Outcome {
         );
     }
     let text = match what {
-        Generated::Gpt2 { layers } => crate::gen::gpt2(layers),
-        Generated::Bert { layers, seq } => crate::gen::bert_large(layers, seq),
+        Generated::Gpt2 { layers } => crate::frontend::gen::gpt2(layers),
+        Generated::Bert { layers, seq } => crate::frontend::gen::bert_large(layers, seq),
     };
     if let Some(path) = output {
         return super::written(super::write_output(path, &text));

@@ -3,10 +3,10 @@
 //! what several share lives below them: the pipeline, [`render`] (report formats and shared
 //! pieces of reports), [`progress`] (the progress display) and [`output`] (output files).
 
-use crate::dataflow::{Graph, NodeIdx};
+use crate::analysis::dataflow::{Graph, NodeIdx};
 use crate::diag::{self, Diagnostic};
+use crate::frontend::relay;
 use crate::ir::Module;
-use crate::relay;
 use crate::source::SourceMap;
 use std::path::Path;
 
@@ -88,9 +88,11 @@ pub fn dataflow_json(m: &Module) -> Option<serde_json::Value> {
         .map(|i| {
             let idx = NodeIdx(i as u32);
             let ty = match g.nodes[i].what {
-                crate::dataflow::NodeRef::Expr(e) => m.ty(e).map(|t| t.to_string()),
-                crate::dataflow::NodeRef::Func(f) => function_type(m, f).map(|t| t.to_string()),
-                crate::dataflow::NodeRef::Op(_) => None,
+                crate::analysis::dataflow::NodeRef::Expr(e) => m.ty(e).map(|t| t.to_string()),
+                crate::analysis::dataflow::NodeRef::Func(f) => {
+                    function_type(m, f).map(|t| t.to_string())
+                }
+                crate::analysis::dataflow::NodeRef::Op(_) => None,
             };
             let span = g
                 .span(m, idx)
@@ -137,12 +139,13 @@ pub fn check_command(paths: &[std::path::PathBuf], print: bool) -> Outcome {
         Err(o) => return o,
     };
     let mut sources = SourceMap::new();
-    let checked = crate::sema::check(&mut sources, &crate::sema::Provider::Files, &roots);
+    let checked =
+        crate::rules::sema::check(&mut sources, &crate::rules::sema::Provider::Files, &roots);
     report(&checked.diags, &sources);
     match checked.program {
         Some(p) => {
             if print {
-                written(out(&crate::ruletree::print::print_program(&p)))
+                written(out(&crate::rules::ruletree::print::print_program(&p)))
             } else {
                 Outcome::Ok
             }

@@ -147,7 +147,7 @@ pub fn check_output_paths(
     model: &Path,
     rules: &[PathBuf],
     rules_read: &[PathBuf],
-    costs: &crate::cost::Spec,
+    costs: &crate::planning::cost::Spec,
 ) -> Result<(), super::Outcome> {
     if outputs.is_empty() {
         return Ok(());

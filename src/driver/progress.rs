@@ -2,7 +2,7 @@
 //! terminal, lines every few seconds with `--progress` elsewhere, and phase times with
 //! `--timings`.
 
-use crate::partition;
+use crate::planning::partition;
 use std::time::Instant;
 
 /// The plain progress lines' state: the phase, when it began, when the last line was printed.

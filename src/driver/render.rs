@@ -1,10 +1,10 @@
 //! What several commands' reports share: the report format, how nodes and costs are written,
 //! and the measuring estimator's lines.
 
-use crate::cost::Cost;
-use crate::enumerate::DataflowGraph;
 use crate::ir::Module;
-use crate::measure::Measure;
+use crate::planning::cost::Cost;
+use crate::planning::enumerate::DataflowGraph;
+use crate::runtime::measure::Measure;
 
 /// Report formats (`--format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -18,7 +18,7 @@ pub enum Format {
 /// How a node is named in listings: its `%name` in the source, else `#index`.
 pub fn node_name(m: &Module, g: &DataflowGraph<'_>, i: usize) -> String {
     g.graph
-        .binding(m, crate::dataflow::NodeIdx(i as u32))
+        .binding(m, crate::analysis::dataflow::NodeIdx(i as u32))
         .unwrap_or_else(|| format!("#{i}"))
 }
 

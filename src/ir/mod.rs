@@ -277,7 +277,7 @@ pub struct Module {
     pub spans: Vec<Span>,
     /// For each expression, the graph binding name it was given in the source (`"12"` for `%12`).
     pub bindings: Vec<Option<Box<str>>>,
-    /// Inferred types, one per expression (filled by [`crate::typeck`]).
+    /// Inferred types, one per expression (filled by [`crate::analysis::typeck`]).
     pub types: Vec<Option<Type>>,
     /// Variables.
     pub vars: Vec<Var>,

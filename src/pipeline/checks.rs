@@ -3,14 +3,14 @@
 
 use super::{usage_error, Outcome};
 use crate::diag;
-use crate::exec::executor;
 use crate::ir::Module;
+use crate::runtime::exec::executor;
 
 /// Refuses, before anything is allocated, models that together need more memory than
 /// `--max-memory` (`max`) or, without it, than this process can get (E2330); a `max` that is
 /// not a size is E0955.
 pub fn memory(models: &[&Module], max: Option<&str>) -> Result<(), Outcome> {
-    use crate::exec::memory;
+    use crate::runtime::exec::memory;
     let limit = match max {
         Some(text) => memory::Limit {
             bytes: memory::parse_size(text).map_err(|e| usage_error(diag::E0955, e))?,

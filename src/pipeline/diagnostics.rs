@@ -1,12 +1,12 @@
 //! The diagnostics of the pipeline's failures: enumeration limits and partitioning errors.
 
-use crate::cost::Cost;
-use crate::dataflow::NodeIdx;
+use crate::analysis::dataflow::NodeIdx;
 use crate::diag::{self, Diagnostic};
-use crate::enumerate::{Bound, DataflowGraph, Grower, LimitError, Limits};
 use crate::ir::{Module, VirtualDevice};
-use crate::partition::PartitionError;
-use crate::ruletree::Program;
+use crate::planning::cost::Cost;
+use crate::planning::enumerate::{Bound, DataflowGraph, Grower, LimitError, Limits};
+use crate::planning::partition::PartitionError;
+use crate::rules::ruletree::Program;
 
 /// [`partition_error`], with the planned device of an uncovered node when it constrains which
 /// targets may run it.
@@ -155,7 +155,7 @@ pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
                         "matching the equivalences of the rules built more than {steps} partial \
                          matches in one round ({} per e-node and per unit of `--max-enodes` \
                          {limit})",
-                        crate::enumerate::MATCH_WORK
+                        crate::planning::enumerate::MATCH_WORK
                     ),
                     format!("{what} has too many matches"),
                     defaults.max_enodes,
@@ -194,13 +194,13 @@ pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
                     "combining the candidates of target `{}` visited more than {steps} pairs \
                      ({} × `--max-candidates` {limit})",
                     t.name,
-                    crate::enumerate::PAIR_WORK
+                    crate::planning::enumerate::PAIR_WORK
                 ),
                 Bound::MatchWork { steps } => format!(
                     "matching a pattern of target `{}` built more than {steps} partial matches \
                      ({} per e-node and per unit of `--max-candidates` {limit})",
                     t.name,
-                    crate::enumerate::MATCH_WORK
+                    crate::planning::enumerate::MATCH_WORK
                 ),
                 _ => format!(
                     "target `{}` has more than {limit} candidates (`--max-candidates`)",

@@ -1,10 +1,10 @@
 //! `--explain`: which candidates covered a node, and for the cheapest alternatives to the one
 //! chosen, the best total cost of a cover forced to use each.
 
-use crate::dataflow::NodeIdx;
-use crate::enumerate::DataflowGraph;
+use crate::analysis::dataflow::NodeIdx;
 use crate::ir::Module;
-use crate::partition::{self, Plan};
+use crate::planning::enumerate::DataflowGraph;
+use crate::planning::partition::{self, Plan};
 
 /// How many alternatives `--explain` prices with a forced search.
 pub const ALTERNATIVES: usize = 12;

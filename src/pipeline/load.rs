@@ -8,15 +8,15 @@
 use super::{report, usage_error, Outcome};
 use crate::diag::{self, Diagnostic, E0901};
 use crate::ir::{FuncId, Module, VirtualDevice};
-use crate::ruletree::Program;
-use crate::sema::{self, Provider};
+use crate::rules::ruletree::Program;
+use crate::rules::sema::{self, Provider};
 use crate::source::{FileId, ReadError, SourceMap};
 use std::path::{Path, PathBuf};
 
 /// The front ends that read a model file into a [`Module`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrontEnd {
-    /// TVM's Relay text format ([`crate::relay`]).
+    /// TVM's Relay text format ([`crate::frontend::relay`]).
     Relay,
 }
 
@@ -49,7 +49,7 @@ pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
     match FrontEnd::of(path) {
         FrontEnd::Relay => {
             let file = read_source(sources, path)?;
-            crate::relay::load(sources, file).map_err(|diags| {
+            crate::frontend::relay::load(sources, file).map_err(|diags| {
                 report(&diags, sources);
                 Outcome::InputErrors
             })
@@ -105,16 +105,16 @@ pub struct Planned {
 pub fn planned(sources: &mut SourceMap, path: &Path) -> Result<Planned, Outcome> {
     let m = model(sources, path)?;
     main_of(&m, path)?;
-    if !crate::devices::has_annotations(&m) {
+    if !crate::analysis::devices::has_annotations(&m) {
         return Ok(Planned {
             module: m,
             devices: None,
         });
     }
-    match crate::devices::plan_devices(&m, &VirtualDevice::unconstrained()) {
+    match crate::analysis::devices::plan_devices(&m, &VirtualDevice::unconstrained()) {
         Ok(plan) => {
             let mut planned = plan.module;
-            if let Err(d) = crate::typeck::check(&mut planned) {
+            if let Err(d) = crate::analysis::typeck::check(&mut planned) {
                 report(&d, sources);
                 return Err(Outcome::Internal);
             }
@@ -172,8 +172,8 @@ pub fn rules(sources: &mut SourceMap, paths: &[PathBuf]) -> Result<Rules, Outcom
     let checked = if paths.is_empty() {
         sema::check(
             sources,
-            &Provider::Embedded(crate::library::LIBRARY),
-            &crate::library::roots(),
+            &Provider::Embedded(crate::rules::library::LIBRARY),
+            &crate::rules::library::roots(),
         )
     } else {
         let roots = rules_files(paths)?;

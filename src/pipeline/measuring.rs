@@ -4,8 +4,8 @@
 
 use super::Outcome;
 use crate::diag::{self, Diagnostic};
-use crate::measure::{self, db::Opened, dir, Measure};
-use crate::ruletree::Target;
+use crate::rules::ruletree::Target;
+use crate::runtime::measure::{self, db::Opened, dir, Measure};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ impl MeasureArgs {
     /// The thread count (checked by [`MeasureArgs::check`]).
     pub fn thread_count(&self) -> usize {
         self.threads
-            .unwrap_or_else(crate::exec::executor::default_threads)
+            .unwrap_or_else(crate::runtime::exec::executor::default_threads)
             .max(1)
     }
 
@@ -93,7 +93,7 @@ pub fn cache_place(given: Option<&Path>) -> Result<dir::Place, Outcome> {
 /// measurement cache cannot be opened, W2402 when a damaged one was rebuilt.
 pub fn open(
     args: &MeasureArgs,
-    spec: &crate::cost::Spec,
+    spec: &crate::planning::cost::Spec,
     targets: &[Target],
 ) -> Result<Option<Arc<Measure>>, Outcome> {
     // A nonsensical value is refused whether or not it is used.

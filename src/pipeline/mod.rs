@@ -27,13 +27,13 @@ pub mod placements;
 
 pub use load::{main_of, read_source, rules_files};
 
-use crate::cost;
 use crate::diag::{self, Diagnostic, Diagnostics};
-use crate::enumerate::{DataflowGraph, Enumeration, Limits};
 use crate::ir::Module;
-use crate::measure::Measure;
-use crate::partition::{self, PartitionError, Plan};
-use crate::ruletree::Program;
+use crate::planning::cost;
+use crate::planning::enumerate::{DataflowGraph, Enumeration, Limits};
+use crate::planning::partition::{self, PartitionError, Plan};
+use crate::rules::ruletree::Program;
+use crate::runtime::measure::Measure;
 use crate::source::SourceMap;
 use measuring::MeasureArgs;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,7 @@ pub struct Estimator {
     /// The measuring estimator (its counters and notes are read after partitioning).
     pub measurer: Option<Arc<Measure>>,
     /// The raised scheduling priority, held while the estimator lives.
-    _priority: Option<crate::measure::priority::Raised>,
+    _priority: Option<crate::runtime::measure::priority::Raised>,
 }
 
 /// Everything loaded and built before partitioning.
@@ -166,7 +166,7 @@ fn select(program: Program, inputs: &Inputs<'_>) -> Result<Program, Outcome> {
     match inputs.targets {
         Targets::Named(names) => select_targets(program, names),
         Targets::RunnableHere => {
-            let probe = crate::backend::registry::Setup::new(
+            let probe = crate::runtime::backend::registry::Setup::new(
                 &program.targets,
                 inputs.measure.thread_count(),
                 inputs.measure.resolved_dir(),
@@ -335,7 +335,7 @@ pub fn enumerate(
     program: &Program,
     limits: &Limits,
 ) -> Result<Enumeration, Outcome> {
-    crate::enumerate::enumerate(g, program, limits).map_err(|e| {
+    crate::planning::enumerate::enumerate(g, program, limits).map_err(|e| {
         diag::emit_stderr(&diagnostics::limit_diagnostic(program, &e).into(), sources);
         Outcome::InputErrors
     })
@@ -389,7 +389,7 @@ pub fn finalize(
     g: &DataflowGraph<'_>,
     program: &Program,
     plan: &Plan,
-    print: crate::relay::print::PrintOptions,
+    print: crate::frontend::relay::print::PrintOptions,
     progress: &dyn Progress,
 ) -> Result<String, Outcome> {
     partition::rewrite(g, program, plan)
@@ -400,7 +400,7 @@ pub fn finalize(
         .and_then(|out| {
             let text = partition::finalize::check_round_trip(m, &out)?;
             Ok(if print.tvm_compat {
-                crate::relay::print::print_module_with(&out, print)
+                crate::frontend::relay::print::print_module_with(&out, print)
             } else {
                 text
             })

@@ -1,8 +1,8 @@
 //! The placements of a plan run end to end on this machine (`collage bench`): the Collage plan
 //! and every baseline, each built as a runnable module
-//! ([`crate::partition::finalize::runnable`]), compiled by this machine's backends, checked
+//! ([`crate::planning::partition::finalize::runnable`]), compiled by this machine's backends, checked
 //! against the reference interpreter's outputs on the same weights and inputs, then timed
-//! together in rounds ([`crate::measure::protocol::time_in_rounds`]).
+//! together in rounds ([`crate::runtime::measure::protocol::time_in_rounds`]).
 //!
 //! Placements: the Collage plan; the native targets alone (`tvm`); each library target with the
 //! native targets (`<target>`); each library's greedy placement (`greedy:<target>`). A placement
@@ -10,17 +10,17 @@
 //! with the reason; one identical to a placement already run is not run twice.
 
 use super::{report, Outcome, Progress};
-use crate::backend::registry::Setup;
 use crate::diag::{self, Diagnostic, Diagnostics};
-use crate::enumerate::{DataflowGraph, Limits};
-use crate::exec::compare::{self, Purpose};
-use crate::exec::data::Weights;
-use crate::exec::executor::Executable;
-use crate::exec::tensor::Tensor;
 use crate::ir::Module;
-use crate::measure::protocol::{self, Settings, Timing};
-use crate::partition::{Partition, Plan};
-use crate::ruletree::Program;
+use crate::planning::enumerate::{DataflowGraph, Limits};
+use crate::planning::partition::{Partition, Plan};
+use crate::rules::ruletree::Program;
+use crate::runtime::backend::registry::Setup;
+use crate::runtime::exec::compare::{self, Purpose};
+use crate::runtime::exec::data::Weights;
+use crate::runtime::exec::executor::Executable;
+use crate::runtime::exec::tensor::Tensor;
+use crate::runtime::measure::protocol::{self, Settings, Timing};
 use crate::source::SourceMap;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -251,8 +251,12 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
         let mut sorted = chosen.clone();
         sorted.sort_unstable();
         let saved = std::mem::replace(&mut plan.chosen, chosen.clone());
-        let parts =
-            crate::partition::finalize::coalesce(bench.g, bench.program, plan, bench.limits);
+        let parts = crate::planning::partition::finalize::coalesce(
+            bench.g,
+            bench.program,
+            plan,
+            bench.limits,
+        );
         plan.chosen = saved;
         for p in &parts {
             let t = &bench.program.targets[p.target];
@@ -282,7 +286,9 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
     progress.steps(placements.len(), placements.len());
     progress.phase("timing placements", bench.settings.max_repeats);
     let timed = {
-        let _guard = bench.lock.and_then(|p| crate::measure::db::lock(p).ok());
+        let _guard = bench
+            .lock
+            .and_then(|p| crate::runtime::measure::db::lock(p).ok());
         let built: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
         time_together(
             &built,
@@ -317,7 +323,7 @@ struct Ready {
 /// Builds a placement and runs it once, checking its outputs against the reference's.
 fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
     let (g, program) = (bench.g, bench.program);
-    let m = crate::partition::finalize::runnable(g, program, &parts)
+    let m = crate::planning::partition::finalize::runnable(g, program, &parts)
         .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
     let mut part_of: BTreeMap<(u32, u32, u32), usize> = BTreeMap::new();
     for (k, p) in parts.iter().enumerate() {

@@ -9,13 +9,13 @@
 //! * partitioning the models with the native CPU target and each library succeeds.
 
 use crate::support::{collage, load_ok, load_text_ok, root};
-use collage::enumerate::{target_candidates, Candidate, DataflowGraph, Limits};
 use collage::ir::Module;
+use collage::planning::enumerate::{target_candidates, Candidate, DataflowGraph, Limits};
 use std::collections::BTreeSet;
 
 /// The composites of one target's candidates covering each node: node -> composite names.
 fn covering<'m>(m: &'m Module, target: &str) -> (DataflowGraph<'m>, Vec<BTreeSet<String>>) {
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     let g = DataflowGraph::new(m, m.main().unwrap());
     let t = program
         .targets
@@ -126,7 +126,7 @@ fn gelu_and_layer_norm_forms_map_to_onednn() {
         "sqrt",
         &["dnnl.layer_norm_decomposed"],
     );
-    let text = collage::gen::bert_large(2, 16);
+    let text = collage::frontend::gen::bert_large(2, 16);
     let bert = load_text_ok("bert", &text);
     assert_op_covered_by(
         &bert,
@@ -203,9 +203,9 @@ fn float16_models_get_no_collage_library_composites() {
 fn partition_with_each_cpu_library() {
     let dir = tempfile::tempdir().unwrap();
     let gpt2_2 = dir.path().join("gpt2_2.relay");
-    std::fs::write(&gpt2_2, collage::gen::gpt2(2)).unwrap();
+    std::fs::write(&gpt2_2, collage::frontend::gen::gpt2(2)).unwrap();
     let bert = dir.path().join("bert.relay");
-    std::fs::write(&bert, collage::gen::bert_large(2, 16)).unwrap();
+    std::fs::write(&bert, collage::frontend::gen::bert_large(2, 16)).unwrap();
     // (model, the libraries to try, whether OpenBLAS should take part: the only GEMMs of the
     // CNNs are one-row classifiers, which cost the same on the native target). BERT's
     // `nn.layer_norm` is opaque to the native target, so only oneDNN (or TensorRT) can run it.

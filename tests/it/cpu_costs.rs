@@ -7,8 +7,8 @@
 //! the targets are ranked as the measurements rank them.
 
 use crate::support::{load_ok, root};
-use collage::cost::{Estimator, Request};
-use collage::enumerate::{DataflowGraph, Limits};
+use collage::planning::cost::{Estimator, Request};
+use collage::planning::enumerate::{DataflowGraph, Limits};
 
 /// Measured median seconds per call, 2 threads, per target (`None`: the target does not run
 /// the kernel, or the micro-benchmarks have no figure for it).
@@ -113,11 +113,11 @@ const FACTOR: f64 = 2.2;
 /// if it has one.
 fn estimate(file: &str, target: &str) -> Option<f64> {
     let m = load_ok(&root().join(format!("tests/fixtures/cpu-costs/{file}.relay")));
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     let g = DataflowGraph::new(&m, m.main().unwrap());
     let t = program.targets.iter().position(|t| t.name == target)?;
     let calls: Vec<usize> = (0..g.len()).filter(|&i| g.is_op_call(i)).collect();
-    let e = collage::enumerate::enumerate(&g, &program, &Limits::default())
+    let e = collage::planning::enumerate::enumerate(&g, &program, &Limits::default())
         .expect("within the default bounds");
     let c = e.candidates.iter().find(|c| {
         c.target == t
@@ -127,7 +127,7 @@ fn estimate(file: &str, target: &str) -> Option<f64> {
                 .iter()
                 .all(|i| !g.is_op_call(i) || calls.contains(&i))
     })?;
-    let est = collage::cost::analytic::Analytic.estimate(&Request {
+    let est = collage::planning::cost::analytic::Analytic.estimate(&Request {
         graph: &g,
         program: &program,
         candidate: c,

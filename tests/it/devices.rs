@@ -17,13 +17,13 @@
 //! at two places.
 
 use crate::support::{assert_tvm_device_syntax, load_text, load_text_ok, rel, root, round_trip};
-use collage::devices::{expand, plan_devices, DevicePlan};
+use collage::analysis::devices::{expand, plan_devices, DevicePlan};
 use collage::driver::parse_device_arg;
-use collage::ir::equal::{modules_correspondence, modules_equal};
-use collage::ir::{Expr, ExprId, Module, VirtualDevice};
-use collage::relay::print::{
+use collage::frontend::relay::print::{
     print_module, print_module_with, print_module_with_devices, PrintOptions,
 };
+use collage::ir::equal::{modules_correspondence, modules_equal};
+use collage::ir::{Expr, ExprId, Module, VirtualDevice};
 use std::path::{Path, PathBuf};
 
 const SEPARATOR: &str = "// ==== expected ====";

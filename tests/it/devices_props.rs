@@ -11,10 +11,10 @@
 
 use crate::enumerate_props::config;
 use crate::support::{load_text, round_trip};
-use collage::devices::{expand, plan_devices};
+use collage::analysis::devices::{expand, plan_devices};
+use collage::frontend::relay::print::print_module;
 use collage::ir::equal::modules_equal;
 use collage::ir::VirtualDevice;
-use collage::relay::print::print_module;
 use proptest::prelude::*;
 
 const T: &str = "Tensor[(4), float32]";

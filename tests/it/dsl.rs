@@ -18,8 +18,8 @@
 
 use crate::support::{rel, root};
 use collage::diag::{Diagnostics, ALL_CODES};
-use collage::ruletree::print::print_program;
-use collage::sema::{self, Checked, Provider};
+use collage::rules::ruletree::print::print_program;
+use collage::rules::sema::{self, Checked, Provider};
 use collage::source::SourceMap;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

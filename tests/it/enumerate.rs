@@ -25,12 +25,12 @@
 //! * Snapshots of `collage candidates` on mnist, one per shipped target, reviewed by hand.
 
 use crate::support::{load_ok, root};
-use collage::dataflow::IndexSet;
-use collage::enumerate::{target_candidates, Candidate, DataflowGraph, Limits, SubGraph};
+use collage::analysis::dataflow::IndexSet;
 use collage::ir::{AttrValue, Callee, Expr, ExprId, Module};
 use collage::ops::OpPattern;
-use collage::ruletree::{Program, SubGraphConfig};
-use collage::sema;
+use collage::planning::enumerate::{target_candidates, Candidate, DataflowGraph, Limits, SubGraph};
+use collage::rules::ruletree::{Program, SubGraphConfig};
+use collage::rules::sema;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
@@ -62,7 +62,7 @@ fn rules(name: &str) -> Program {
 
 /// The shipped library (embedded, as the binary uses it without `--rules`).
 pub(crate) fn library() -> Program {
-    collage::sema::check_library()
+    collage::rules::sema::check_library()
         .unwrap_or_else(|d| panic!("the shipped library does not check:\n{d}"))
 }
 
@@ -541,8 +541,8 @@ fn quirk6_equal_sub_graphs_of_different_targets_stay_distinct() {
     let program = library();
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let g = graph(&m);
-    let e =
-        collage::enumerate::enumerate(&g, &program, &Limits::default()).expect("within the limits");
+    let e = collage::planning::enumerate::enumerate(&g, &program, &Limits::default())
+        .expect("within the limits");
     let of = |name: &str| {
         let t = program.targets.iter().position(|t| t.name == name).unwrap();
         e.candidates
@@ -1001,7 +1001,7 @@ fn fuse_containment(name: &str, program: &Program) -> Containment {
         .into_iter()
         .map(|c| c.sub_graph.inside)
         .collect();
-    let fused = collage::fuse::fuse(&m, main, 256);
+    let fused = collage::analysis::fuse::fuse(&m, main, 256);
     let mut out = Containment::default();
     for group in &fused.groups {
         let calls: Vec<ExprId> = group
@@ -1019,7 +1019,7 @@ fn fuse_containment(name: &str, program: &Program) -> Containment {
                 .map(|&i| {
                     let name = g
                         .graph
-                        .binding(&m, collage::dataflow::NodeIdx(i as u32))
+                        .binding(&m, collage::analysis::dataflow::NodeIdx(i as u32))
                         .unwrap_or_else(|| format!("#{i}"));
                     format!("{i}:{name}:{}", g.label[i])
                 })
@@ -1225,8 +1225,8 @@ fn mnist_candidates_per_target() {
     // `only_valid(..., max_exits = 1, taps = false)`; host candidates are singletons).
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let g = graph(&m);
-    let e =
-        collage::enumerate::enumerate(&g, &program, &Limits::default()).expect("within the limits");
+    let e = collage::planning::enumerate::enumerate(&g, &program, &Limits::default())
+        .expect("within the limits");
     let cfg = SubGraphConfig {
         max_depth: Some(8),
         max_exits: 1,

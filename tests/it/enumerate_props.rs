@@ -1,4 +1,4 @@
-//! Property tests of sub-graphs (`collage::enumerate::SubGraph`) on random dataflow graphs.
+//! Property tests of sub-graphs (`collage::planning::enumerate::SubGraph`) on random dataflow graphs.
 //!
 //! Random DAGs of up to 12 operator calls are written as RelayScript: unary elementwise calls,
 //! binary broadcasts, scalar and tensor-constant operands, injective transposes and reshapes,
@@ -17,12 +17,12 @@
 //! The number of cases is `COLLAGE_PROP_CASES` (default 300).
 
 use crate::support::load_text;
-use collage::dataflow::{IndexSet, NodeRef};
-use collage::enumerate::{DataflowGraph, SubGraph};
+use collage::analysis::dataflow::{IndexSet, NodeRef};
 use collage::ir::{AttrValue, Expr, Module};
 use collage::ops::OpPattern;
-use collage::partition;
-use collage::ruletree::SubGraphConfig;
+use collage::planning::enumerate::{DataflowGraph, SubGraph};
+use collage::planning::partition;
+use collage::rules::ruletree::SubGraphConfig;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::collections::BTreeSet;

@@ -2,10 +2,10 @@
 //! handling of control flow, metadata data and memory; determinism across threads.
 
 use crate::support::{collage, collage_in, load_text_ok, root, run_model};
-use collage::exec::data::Weights;
-use collage::exec::executor::{self, Options};
-use collage::exec::tensor::Tensor;
 use collage::ir::DType;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Options};
+use collage::runtime::exec::tensor::Tensor;
 use serde_json::Value as Json;
 use std::path::Path;
 use std::sync::Arc;
@@ -190,7 +190,7 @@ fn inputs_and_outputs_as_npy_files() {
         assert_eq!(v["inputs"][0]["source"], npy(f));
         sums.push(v["outputs"][0]["checksum"].as_str().unwrap().to_string());
         let written = std::fs::read(dir.path().join("out/output0.npy")).unwrap();
-        let t = collage::exec::npy::read(&written).unwrap();
+        let t = collage::runtime::exec::npy::read(&written).unwrap();
         assert_eq!(t.shape(), &[1, 10]);
         assert_eq!(
             format!("{:08x}", crc32fast::hash(t.bytes())),
@@ -219,9 +219,10 @@ fn inputs_and_outputs_as_npy_files() {
         .collect();
     names.sort();
     assert_eq!(names, ["output0.npy", "output1.npy", "output2.npy"]);
-    let third =
-        collage::exec::npy::read(&std::fs::read(dir.path().join("many/output2.npy")).unwrap())
-            .unwrap();
+    let third = collage::runtime::exec::npy::read(
+        &std::fs::read(dir.path().join("many/output2.npy")).unwrap(),
+    )
+    .unwrap();
     assert_eq!((third.dtype(), third.get_i64(0)), (DType::I64, 1));
     assert_eq!(v["outputs"][2]["dtype"], "int64");
 }
@@ -534,14 +535,14 @@ fn comparisons_that_fail() {
 /// operator.
 struct FuseGrouping;
 
-impl collage::exec::executor::Grouping for FuseGrouping {
+impl collage::runtime::exec::executor::Grouping for FuseGrouping {
     fn groups(
         &self,
         m: &collage::ir::Module,
         func: collage::ir::FuncId,
     ) -> Vec<Vec<collage::ir::ExprId>> {
         use collage::ir::{Callee, Expr};
-        collage::fuse::fuse(m, func, collage::fuse::DEFAULT_MAX_DEPTH)
+        collage::analysis::fuse::fuse(m, func, collage::analysis::fuse::DEFAULT_MAX_DEPTH)
             .groups
             .into_iter()
             .map(|g| {
@@ -594,15 +595,18 @@ struct Picky {
 }
 
 struct Counted {
-    inner: Arc<dyn collage::exec::kernel::Kernel>,
+    inner: Arc<dyn collage::runtime::exec::kernel::Kernel>,
     prepared: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl collage::exec::kernel::Kernel for Counted {
+impl collage::runtime::exec::kernel::Kernel for Counted {
     fn prepare(
         &self,
         consts: &[Option<Arc<Tensor>>],
-    ) -> Result<Box<dyn collage::exec::kernel::Prepared>, collage::exec::kernel::Unsupported> {
+    ) -> Result<
+        Box<dyn collage::runtime::exec::kernel::Prepared>,
+        collage::runtime::exec::kernel::Unsupported,
+    > {
         // The weight is bound here, once per call site.
         assert!(consts.iter().any(Option::is_some));
         self.prepared
@@ -611,7 +615,7 @@ impl collage::exec::kernel::Kernel for Counted {
     }
 }
 
-impl collage::exec::kernel::Backend for Picky {
+impl collage::runtime::exec::kernel::Backend for Picky {
     fn name(&self) -> &str {
         "picky"
     }
@@ -623,20 +627,25 @@ impl collage::exec::kernel::Backend for Picky {
     }
     fn compile(
         &self,
-        unit: &collage::exec::kernel::Unit<'_>,
-        consts: &dyn collage::exec::kernel::ConstantSource,
-    ) -> Result<Arc<dyn collage::exec::kernel::Kernel>, collage::exec::kernel::Unsupported> {
-        use collage::exec::kernel::Unit;
+        unit: &collage::runtime::exec::kernel::Unit<'_>,
+        consts: &dyn collage::runtime::exec::kernel::ConstantSource,
+    ) -> Result<
+        Arc<dyn collage::runtime::exec::kernel::Kernel>,
+        collage::runtime::exec::kernel::Unsupported,
+    > {
+        use collage::runtime::exec::kernel::Unit;
         match unit {
             Unit::Group { .. } if unit.describe().contains("`add`") => Err(
-                collage::exec::kernel::Unsupported::op("picky does not add", None),
+                collage::runtime::exec::kernel::Unsupported::op("picky does not add", None),
             ),
-            Unit::Group { .. } => collage::exec::reference::Reference.compile(unit, consts),
+            Unit::Group { .. } => {
+                collage::runtime::exec::reference::Reference.compile(unit, consts)
+            }
             Unit::Function { .. } => {
                 self.compiled
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Ok(Arc::new(Counted {
-                    inner: collage::exec::reference::Reference.compile(unit, consts)?,
+                    inner: collage::runtime::exec::reference::Reference.compile(unit, consts)?,
                     prepared: self.prepared.clone(),
                 }))
             }
@@ -668,7 +677,7 @@ def @main(%x: Tensor[(2, 4), float32]) {
     };
     let (compiled, prepared) = (picky.compiled.clone(), picky.prepared.clone());
     let opts = Options {
-        backends: collage::exec::kernel::Backends {
+        backends: collage::runtime::exec::kernel::Backends {
             list: vec![Arc::new(picky)],
         },
         ..Options::default()

@@ -4,10 +4,10 @@
 //! is checked element by element within the case's tolerance (exactly when it is 0).
 
 use crate::support::{load_text_ok, root};
-use collage::exec::data::Weights;
-use collage::exec::executor::{self, Options};
-use collage::exec::tensor::Tensor;
 use collage::ir::DType;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Options};
+use collage::runtime::exec::tensor::Tensor;
 use serde_json::Value as Json;
 use std::sync::Arc;
 
@@ -132,7 +132,7 @@ fn every_supported_operator_has_cases() {
         .iter()
         .map(|(_, c)| c["model"].as_str().unwrap())
         .collect();
-    let supported = collage::exec::ops::supported();
+    let supported = collage::runtime::exec::ops::supported();
     // `op(` not preceded by a name character (so `add(` is not found in `nn.bias_add(`).
     let calls = |m: &str, op: &str| {
         let call = format!("{op}(");
@@ -187,7 +187,7 @@ fn every_operator_has_a_kernel_or_a_documented_reason() {
         documented.push(name);
     }
     for (_, def) in collage::ops::registry().iter() {
-        let kernel = collage::exec::ops::implements(def.op);
+        let kernel = collage::runtime::exec::ops::implements(def.op);
         let listed = documented.contains(&def.name);
         assert!(
             kernel || listed,

@@ -1,4 +1,4 @@
-//! Extraction and rewriting of sub-graphs (`collage::enumerate::extract`; docs/collage.md,
+//! Extraction and rewriting of sub-graphs (`collage::planning::enumerate::extract`; docs/collage.md,
 //! "Extraction and rewriting").
 //!
 //! * TVM's sub-graph tests B1-B9 (docs/collage.md; `PartitionForTesting`): each scenario's
@@ -18,12 +18,12 @@
 use crate::enumerate::{composite, config, graph, library, model, set};
 use crate::enumerate_props as props;
 use crate::support::{load_ok, root, round_trip};
-use collage::dataflow::IndexSet;
-use collage::enumerate::extract::{extract, rewrite, rewrite_all, ExtractError};
-use collage::enumerate::{target_candidates, DataflowGraph, Limits, SubGraph};
+use collage::analysis::dataflow::IndexSet;
 use collage::ir::equal::modules_equal;
 use collage::ir::{AttrValue, Expr, Module};
 use collage::ops::OpPattern;
+use collage::planning::enumerate::extract::{extract, rewrite, rewrite_all, ExtractError};
+use collage::planning::enumerate::{target_candidates, DataflowGraph, Limits, SubGraph};
 use proptest::prelude::*;
 
 fn expected(name: &str) -> Module {
@@ -244,9 +244,9 @@ fn parallel_rewrite_of_disjoint_sub_graphs() {
 // Symbolic evaluation with inlining
 
 /// Same result term and the same multiset of operator calls (by term) in both modules' main,
-/// every call of an extracted function inlined (`collage::partition::inline`).
+/// every call of an extracted function inlined (`collage::planning::partition::inline`).
 fn term_check(original: &Module, rewritten: &Module) -> Result<(), String> {
-    collage::partition::inline::equal_after_inlining(original, rewritten)
+    collage::planning::partition::inline::equal_after_inlining(original, rewritten)
 }
 
 /// Whether every inside node is a call, tuple, projection or constant (what extraction moves).
@@ -402,7 +402,7 @@ fn corpus_parallel_rewrite() {
             round_trip(&label, &out);
             assert_eq!(term_check(&m, &out), Ok(()), "{label}");
             if name == "mnist" && !chosen.is_empty() {
-                let printed = collage::relay::print::print_module(&out);
+                let printed = collage::frontend::relay::print::print_module(&out);
                 let calls = chosen.iter().map(|s| s.nested.len()).sum::<usize>();
                 assert!(
                     printed.matches("fn (").count() >= calls,

@@ -11,11 +11,11 @@
 //! * Snapshots of the JSON and text output, and the command's exit codes.
 
 use crate::support::{collage, load_ok, load_text, root};
+use collage::analysis::fuse::graph::ForwardGraph;
+use collage::analysis::fuse::partition::{Groups, Partitioner};
+use collage::analysis::fuse::postdom::PostDomTree;
+use collage::analysis::fuse::{fuse, FuseResult, DEFAULT_MAX_DEPTH};
 use collage::driver::{fuse_json, fuse_node_desc, fuse_node_name, fuse_text};
-use collage::fuse::graph::ForwardGraph;
-use collage::fuse::partition::{Groups, Partitioner};
-use collage::fuse::postdom::PostDomTree;
-use collage::fuse::{fuse, FuseResult, DEFAULT_MAX_DEPTH};
 use collage::ir::{Callee, Expr, ExprId, Module};
 use collage::ops::OpPattern::{self, *};
 
@@ -670,10 +670,10 @@ fn check_partition(m: &Module, main: collage::ir::FuncId, r: &FuseResult, name: 
         "{name}: node without group"
     );
     // Every operator call of @main (as the dataflow graph sees it) is in exactly one group.
-    let df = collage::dataflow::Graph::build(m, main);
+    let df = collage::analysis::dataflow::Graph::build(m, main);
     let mut calls = 0;
     for node in &df.nodes {
-        if let collage::dataflow::NodeRef::Expr(e) = node.what {
+        if let collage::analysis::dataflow::NodeRef::Expr(e) = node.what {
             if is_op_call(m, e) {
                 let i = g
                     .index(e)

@@ -1,9 +1,9 @@
-//! The model generators (`collage::gen`) and `collage generate`: generated models load cleanly,
+//! The model generators (`collage::frontend::gen`) and `collage generate`: generated models load cleanly,
 //! the 12-layer GPT-2 is the corpus model, and size grows linearly with depth.
 
 use crate::support::{collage, load_ok, load_text_ok, root};
+use collage::analysis::work::module_flops;
 use collage::ir::{Callee, Expr, Module};
-use collage::work::module_flops;
 use std::collections::BTreeMap;
 
 /// How many calls of each operator a module has.
@@ -28,10 +28,13 @@ fn op_count(m: &Module) -> usize {
 #[test]
 fn generated_models_load_without_diagnostics() {
     for layers in [1, 12, 48] {
-        let m = load_text_ok(&format!("gpt2_{layers}"), &collage::gen::gpt2(layers));
+        let m = load_text_ok(
+            &format!("gpt2_{layers}"),
+            &collage::frontend::gen::gpt2(layers),
+        );
         assert_eq!(op_count(&m), 16 + 71 * layers, "gpt2({layers})");
     }
-    let m = load_text_ok("bert_2_128", &collage::gen::bert_large(2, 128));
+    let m = load_text_ok("bert_2_128", &collage::frontend::gen::bert_large(2, 128));
     assert_eq!(op_count(&m), 6 + 40 * 2);
     let last = m.ty(m.func(m.main().unwrap()).body).unwrap();
     assert_eq!(last.to_string(), "Tensor[(1, 128, 1024), float32]");
@@ -40,7 +43,7 @@ fn generated_models_load_without_diagnostics() {
 #[test]
 fn twelve_layer_gpt2_is_the_corpus_model() {
     let corpus = load_ok(&root().join("tests/models/gpt2.relay"));
-    let generated = load_text_ok("gpt2_12", &collage::gen::gpt2(12));
+    let generated = load_text_ok("gpt2_12", &collage::frontend::gen::gpt2(12));
     assert_eq!(op_multiset(&generated), op_multiset(&corpus));
     if let Err(e) = collage::ir::equal::modules_equal(&generated, &corpus) {
         panic!("gpt2(12) differs from tests/models/gpt2.relay: {e}");
@@ -49,14 +52,14 @@ fn twelve_layer_gpt2_is_the_corpus_model() {
 
 #[test]
 fn gpt2_grows_linearly_with_depth() {
-    let ops = |layers| op_count(&load_text_ok("gpt2", &collage::gen::gpt2(layers)));
+    let ops = |layers| op_count(&load_text_ok("gpt2", &collage::frontend::gen::gpt2(layers)));
     let (one, twelve, forty_eight) = (ops(1), ops(12), ops(48));
     let per_layer = (twelve - one) / 11;
     let fixed = one - per_layer;
     assert_eq!((per_layer, fixed), (71, 16));
     assert_eq!(forty_eight - fixed, 4 * (twelve - fixed));
     // The work scales the same way: the fixed part (embeddings, final layer norm) is small.
-    let flops = |layers| module_flops(&load_text_ok("gpt2", &collage::gen::gpt2(layers)));
+    let flops = |layers| module_flops(&load_text_ok("gpt2", &collage::frontend::gen::gpt2(layers)));
     let ratio = flops(48) / flops(12);
     assert!(
         (ratio - 4.0).abs() < 0.01,
@@ -68,7 +71,7 @@ fn gpt2_grows_linearly_with_depth() {
 fn bert_large_does_the_known_work() {
     // Per layer: four 1024x1024 and two 1024x4096 dense layers over 128 tokens, and two
     // 128x128x64 products for each of 16 heads; the rest is under 1%.
-    let m = load_text_ok("bert_24_128", &collage::gen::bert_large(24, 128));
+    let m = load_text_ok("bert_24_128", &collage::frontend::gen::bert_large(24, 128));
     let dense = 2.0 * 128.0 * 1024.0 * (4.0 * 1024.0 + 2.0 * 4096.0);
     let attention = 2.0 * 2.0 * 16.0 * 128.0 * 128.0 * 64.0;
     let want = 24.0 * (dense + attention);
@@ -84,7 +87,7 @@ fn generate_command_prints_or_writes_the_model() {
     let out = collage(["generate", "gpt2", "--layers", "2"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text, collage::gen::gpt2(2));
+    assert_eq!(text, collage::frontend::gen::gpt2(2));
 
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -103,7 +106,7 @@ fn generate_command_prints_or_writes_the_model() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),
-        collage::gen::bert_large(3, 16)
+        collage::frontend::gen::bert_large(3, 16)
     );
     // Only the output file is left behind.
     let names: Vec<_> = std::fs::read_dir(dir)

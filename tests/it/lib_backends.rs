@@ -26,20 +26,20 @@
 //! and `exp` with their own vectorised approximations.
 
 use crate::support::{collage_in, load_text_ok, root, run_model};
-use collage::backend::dnnl::DnnlBackend;
-use collage::backend::native::grouping::FuseGrouping;
-use collage::backend::native::{Config as NativeConfig, Native};
-use collage::backend::openblas::OpenBlasBackend;
-use collage::enumerate::{extract, target_candidates, DataflowGraph, Limits};
-use collage::exec::compare;
-use collage::exec::data::Weights;
-use collage::exec::executor::{self, Options};
-use collage::exec::kernel::MemCounter;
-use collage::exec::kernel::{Backend, Backends, ConstantSource, RunCx, Unit};
-use collage::exec::reference::Reference;
-use collage::exec::tensor::{Shape, Tensor};
-use collage::exec::value::flat_shapes;
 use collage::ir::{DType, Module};
+use collage::planning::enumerate::{extract, target_candidates, DataflowGraph, Limits};
+use collage::runtime::backend::dnnl::DnnlBackend;
+use collage::runtime::backend::native::grouping::FuseGrouping;
+use collage::runtime::backend::native::{Config as NativeConfig, Native};
+use collage::runtime::backend::openblas::OpenBlasBackend;
+use collage::runtime::exec::compare;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Options};
+use collage::runtime::exec::kernel::MemCounter;
+use collage::runtime::exec::kernel::{Backend, Backends, ConstantSource, RunCx, Unit};
+use collage::runtime::exec::reference::Reference;
+use collage::runtime::exec::tensor::{Shape, Tensor};
+use collage::runtime::exec::value::flat_shapes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
@@ -251,11 +251,11 @@ fn corpus_and_generated() -> Vec<(String, Module)> {
     let mut out = crate::support::corpus();
     out.push((
         "generated gpt2 (2 layers)".into(),
-        load_text_ok("gpt2", &collage::gen::gpt2(2)),
+        load_text_ok("gpt2", &collage::frontend::gen::gpt2(2)),
     ));
     out.push((
         "generated bert (2 layers, 16 tokens)".into(),
-        load_text_ok("bert", &collage::gen::bert_large(2, 16)),
+        load_text_ok("bert", &collage::frontend::gen::bert_large(2, 16)),
     ));
     out
 }
@@ -267,7 +267,7 @@ fn corpus_and_generated() -> Vec<(String, Module)> {
 /// entries matching float16 models) must be unsupported because of their dtype.
 #[test]
 fn every_library_candidate_matches_the_reference() {
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     let libs: [(&str, Arc<dyn Backend>); 2] = [("dnnl", dnnl(2)), ("openblas", blas(2))];
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut ran: BTreeMap<String, usize> = BTreeMap::new();
@@ -294,7 +294,7 @@ fn every_library_candidate_matches_the_reference() {
                 // Several: one per target and sequence of composites (the shapes are the
                 // single composites'; what is new is the values passing between them).
                 let key = if names.len() == 1 {
-                    blank_meta(&collage::relay::print::print_module(&fm))
+                    blank_meta(&collage::frontend::relay::print::print_module(&fm))
                 } else {
                     format!("{target} {names:?}")
                 };
@@ -1176,12 +1176,12 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
     for threads in [1, 2] {
         agree("multi-composite partition", text, dnnl(threads), threads);
     }
-    use collage::backend::dnnl::plan::{self, Base, StepKind, Storage};
+    use collage::runtime::backend::dnnl::plan::{self, Base, StepKind, Storage};
     let m = load_text_ok("multi", text);
     let w = Weights::new(1);
     let mw = w.for_module(&m);
-    let g = collage::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
-    let d = collage::ffi::dnnl::Dnnl::shared().unwrap();
+    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
+    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
     let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
     let computes = p
         .steps
@@ -1330,7 +1330,7 @@ fn corpus_models_partitioned_for_each_library_run_end_to_end() {
     let mut with_native = BTreeSet::new();
     for (name, m) in corpus_and_generated() {
         let file = dir.path().join("model.relay");
-        std::fs::write(&file, collage::relay::print::print_module(&m)).unwrap();
+        std::fs::write(&file, collage::frontend::relay::print::print_module(&m)).unwrap();
         for lib in ["dnnl", "openblas"] {
             let out = dir.path().join(format!("{lib}.relay"));
             let o = collage_in(
@@ -1562,7 +1562,7 @@ fn run_reports_backends_and_needs_its_libraries() {
 /// kernels run (oneDNN and OpenBLAS's OpenMP build read it there), whatever it was before.
 #[test]
 fn kernels_run_with_the_requested_threads() {
-    let omp = collage::ffi::omp::Omp::shared().unwrap();
+    let omp = collage::runtime::ffi::omp::Omp::shared().unwrap();
     for lib in ["dnnl", "openblas"] {
         let text = partition(
             lib,
@@ -1646,7 +1646,7 @@ fn openblas_kernels_run_safely_from_several_threads() {
         module: &m,
         func: m.def("part").unwrap(),
     };
-    let run = |p: &dyn collage::exec::kernel::Prepared| {
+    let run = |p: &dyn collage::runtime::exec::kernel::Prepared| {
         let mut out = [Tensor::zeros(DType::F32, &[n, n]).unwrap()];
         let mem = MemCounter::new(0);
         let cx = RunCx {
@@ -1657,7 +1657,7 @@ fn openblas_kernels_run_safely_from_several_threads() {
         let [o] = out;
         o
     };
-    let prepared: Vec<Box<dyn collage::exec::kernel::Prepared>> = [1, 2]
+    let prepared: Vec<Box<dyn collage::runtime::exec::kernel::Prepared>> = [1, 2]
         .iter()
         .map(|&t| {
             blas(t)

@@ -10,7 +10,7 @@
 //! are enumerated with half the default limits.
 
 use crate::support::{collage_in, root};
-use collage::enumerate::{Bound, LimitError, Limits};
+use collage::planning::enumerate::{Bound, LimitError, Limits};
 use std::path::PathBuf;
 
 fn dir() -> PathBuf {
@@ -206,14 +206,18 @@ fn half_the_defaults() -> Limits {
 
 #[test]
 fn generated_models_enumerate_within_half_the_default_limits() {
-    let program = collage::sema::check_library().expect("the shipped library checks");
+    let program = collage::rules::sema::check_library().expect("the shipped library checks");
     for (name, text) in [
-        ("gpt2 48 layers", collage::gen::gpt2(48)),
-        ("bert 24 layers", collage::gen::bert_large(24, 128)),
+        ("gpt2 48 layers", collage::frontend::gen::gpt2(48)),
+        (
+            "bert 24 layers",
+            collage::frontend::gen::bert_large(24, 128),
+        ),
     ] {
         let m = crate::support::load_text_ok(name, &text);
-        let g = collage::enumerate::DataflowGraph::new(&m, m.main().unwrap());
-        if let Err(e) = collage::enumerate::enumerate(&g, &program, &half_the_defaults()) {
+        let g = collage::planning::enumerate::DataflowGraph::new(&m, m.main().unwrap());
+        if let Err(e) = collage::planning::enumerate::enumerate(&g, &program, &half_the_defaults())
+        {
             panic!("{name}: {e:?}");
         }
     }
@@ -223,15 +227,15 @@ fn generated_models_enumerate_within_half_the_default_limits() {
 fn a_limit_error_names_the_bound_and_the_target() {
     // The library's side of the candidate limit, with the flag that raises it.
     let text = std::fs::read_to_string(dir().join("fuse-everything.rules")).unwrap();
-    let (_, checked) = collage::sema::check_text("fuse-everything.rules", &text);
+    let (_, checked) = collage::rules::sema::check_text("fuse-everything.rules", &text);
     let program = checked.program.expect("the rules check");
     let m = crate::support::load_ok(&root().join("tests/models/mnist.relay"));
-    let g = collage::enumerate::DataflowGraph::new(&m, m.main().unwrap());
+    let g = collage::planning::enumerate::DataflowGraph::new(&m, m.main().unwrap());
     let limits = Limits {
         max_candidates: 50,
         ..Limits::default()
     };
-    match collage::enumerate::enumerate(&g, &program, &limits) {
+    match collage::planning::enumerate::enumerate(&g, &program, &limits) {
         Err(
             e @ LimitError::Target {
                 bound: Bound::Candidates,

@@ -2,7 +2,7 @@
 //! bench`, on small models with small time budgets. Every test uses its own temporary cache.
 
 use crate::support::{collage, root};
-use collage::measure::db::Db;
+use collage::runtime::measure::db::Db;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -101,11 +101,11 @@ fn conv_dense_runs_on_its_data() {
     let a = run(dir.path(), model, &["--output-dir", "out"]);
     let b = run(dir.path(), model, &["--seed", "5"]);
     for k in 0..5 {
-        let got = collage::exec::npy::read(
+        let got = collage::runtime::exec::npy::read(
             &std::fs::read(dir.path().join(format!("out/output{k}.npy"))).unwrap(),
         )
         .unwrap();
-        let want = collage::exec::npy::read(
+        let want = collage::runtime::exec::npy::read(
             &std::fs::read(fixture(&format!("expected-output{k}.npy"))).unwrap(),
         )
         .unwrap();
@@ -137,23 +137,23 @@ fn printing_keeps_the_data_byte_for_byte() {
             m.meta.data.len(),
             if name == "scalars.relay" { 2 } else { 13 }
         );
-        let printed = collage::relay::print::print_module(&m);
+        let printed = collage::frontend::relay::print::print_module(&m);
         assert_eq!(blobs(&printed), blobs(&text), "{name}");
         let again = load_text_ok(name, &printed);
         modules_equal(&m, &again).unwrap();
         same_data(&m, &again);
         assert_eq!(again.meta.data, m.meta.data, "{name}");
         assert_eq!(
-            collage::relay::print::print_module(&again),
+            collage::frontend::relay::print::print_module(&again),
             printed,
             "{name}"
         );
         // The TVM-compatible form carries the same section.
-        let opts = collage::relay::print::PrintOptions {
+        let opts = collage::frontend::relay::print::PrintOptions {
             tvm_compat: true,
             ..Default::default()
         };
-        let tvm = collage::relay::print::print_module_with(&m, opts);
+        let tvm = collage::frontend::relay::print::print_module_with(&m, opts);
         assert_eq!(blobs(&tvm), blobs(&text), "{name}");
         let again = load_text_ok(name, &tvm);
         modules_equal(&m, &again).unwrap();
@@ -380,12 +380,12 @@ proptest! {
             index += 1;
         }
         let m = constants_module(&consts);
-        let printed = collage::relay::print::print_module(&m);
+        let printed = collage::frontend::relay::print::print_module(&m);
         let has_data = consts.iter().any(|c| c.2.is_some());
         prop_assert_eq!(printed.contains("#[metadata]"), has_data, "{}", printed);
         let again = load_text_ok("printed.relay", &printed);
         prop_assert!(modules_equal(&m, &again).is_ok());
         prop_assert_eq!(&again.meta.data, &m.meta.data);
-        prop_assert_eq!(collage::relay::print::print_module(&again), printed);
+        prop_assert_eq!(collage::frontend::relay::print::print_module(&again), printed);
     }
 }

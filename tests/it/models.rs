@@ -23,19 +23,19 @@ fn every_corpus_model_round_trips() {
 #[test]
 fn printed_mnist() {
     let m = load_ok(&model("mnist"));
-    insta::assert_snapshot!(collage::relay::print::print_module(&m));
+    insta::assert_snapshot!(collage::frontend::relay::print::print_module(&m));
 }
 
 #[test]
 fn printed_gpt2_extract() {
     let m = load_ok(&model("gpt2_extract"));
-    insta::assert_snapshot!(collage::relay::print::print_module(&m));
+    insta::assert_snapshot!(collage::frontend::relay::print::print_module(&m));
 }
 
 #[test]
 fn printed_resnext50_32x4d() {
     let m = load_ok(&model("resnext50_32x4d"));
-    insta::assert_snapshot!(collage::relay::print::print_module(&m));
+    insta::assert_snapshot!(collage::frontend::relay::print::print_module(&m));
 }
 
 #[test]

@@ -1,16 +1,16 @@
-//! Native code generation (`src/backend/native/`): generated kernels against NumPy's values
+//! Native code generation (`src/runtime/backend/native/`): generated kernels against NumPy's values
 //! and the reference interpreter, the kernel cache, and the fallback to the interpreter.
 
 use crate::exec_ops::{cases, tensor};
 use crate::support::{cache_dir, collage_in, load_text_ok, root};
-use collage::backend::native::grouping::FuseGrouping;
-use collage::backend::native::{Config, Native};
-use collage::exec::data::{ModuleWeights, Weights};
-use collage::exec::executor::{self, Grouping, Options};
-use collage::exec::kernel::{Backend, Backends, ConstantSource, Unit};
-use collage::exec::program::{group_units, Region};
-use collage::exec::tensor::Tensor;
 use collage::ir::{DType, ExprId, Module};
+use collage::runtime::backend::native::grouping::FuseGrouping;
+use collage::runtime::backend::native::{Config, Native};
+use collage::runtime::exec::data::{ModuleWeights, Weights};
+use collage::runtime::exec::executor::{self, Grouping, Options};
+use collage::runtime::exec::kernel::{Backend, Backends, ConstantSource, Unit};
+use collage::runtime::exec::program::{group_units, Region};
+use collage::runtime::exec::tensor::Tensor;
 use serde_json::Value as Json;
 use std::path::Path;
 use std::process::Command;
@@ -106,7 +106,7 @@ fn operator_cases_run_as_generated_code() {
     let weights = Weights::new(0);
     let n = native(2);
     let grouping = FuseGrouping::default();
-    let groups: Vec<Vec<collage::exec::kernel::Group>> = modules
+    let groups: Vec<Vec<collage::runtime::exec::kernel::Group>> = modules
         .iter()
         .map(|m| {
             let main = m.main().unwrap();
@@ -660,7 +660,7 @@ fn numerics_inputs(dir: &Path) -> Vec<String> {
     for (name, v) in [("a", a), ("b", b), ("t", t)] {
         let x = Tensor::from_slice(DType::F32, &[v.len()], &v).unwrap();
         let file = dir.join(format!("{name}.npy"));
-        std::fs::write(&file, collage::exec::npy::write(&x).unwrap()).unwrap();
+        std::fs::write(&file, collage::runtime::exec::npy::write(&x).unwrap()).unwrap();
         args.push("--input".to_string());
         args.push(format!("{name}={}", file.display()));
     }

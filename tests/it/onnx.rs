@@ -4,11 +4,11 @@
 
 use bytes::Bytes;
 use collage::diag::{Code, Diagnostic, *};
-use collage::onnx::builder::{self as b, code};
-use collage::onnx::fold::{fold, DeclaredShapes};
-use collage::onnx::proto::ModelProto;
-use collage::onnx::shapes::{bind_constants, bind_inputs, Bindings};
-use collage::onnx::{load_bytes, load_file, DType, Dim, Model, TensorData};
+use collage::frontend::onnx::builder::{self as b, code};
+use collage::frontend::onnx::fold::{fold, DeclaredShapes};
+use collage::frontend::onnx::proto::ModelProto;
+use collage::frontend::onnx::shapes::{bind_constants, bind_inputs, Bindings};
+use collage::frontend::onnx::{load_bytes, load_file, DType, Dim, Model, TensorData};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -646,7 +646,7 @@ fn folding_errors_name_the_node_and_huge_results_stay_unfolded() {
 
 const M: i64 = 1 << 20;
 
-fn fold_quickly(m: &ModelProto) -> Option<collage::onnx::fold::Folding> {
+fn fold_quickly(m: &ModelProto) -> Option<collage::frontend::onnx::fold::Folding> {
     let t0 = std::time::Instant::now();
     let r = match load(m) {
         Ok(m) => Some(fold(&m, &DeclaredShapes::default()).expect("no E3021 here")),

@@ -1,4 +1,4 @@
-//! ONNX Runtime through `collage::ffi::ort` (the library) and `collage::backend::ort` (its
+//! ONNX Runtime through `collage::runtime::ffi::ort` (the library) and `collage::runtime::backend::ort` (its
 //! sessions): the committed ONNX fixtures run and give the outputs ONNX Runtime gave when they
 //! were made (`tests/onnx/README.md`); models ONNX Runtime refuses and inputs that do not fit
 //! are diagnostics; without the library, `collage backends` says why and exits 0.
@@ -9,9 +9,9 @@
 //! then they fail with the reason.
 
 use crate::support::root;
-use collage::backend::ort::{Session, Settings};
-use collage::exec::tensor::Tensor;
-use collage::ffi::ort::{self, OnnxRuntime};
+use collage::runtime::backend::ort::{Session, Settings};
+use collage::runtime::exec::tensor::Tensor;
+use collage::runtime::ffi::ort::{self, OnnxRuntime};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -33,7 +33,7 @@ fn runtime_or_skip(test: &str) -> Option<&'static OnnxRuntime> {
 
 fn npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    collage::exec::npy::read(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    collage::runtime::exec::npy::read(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every fixture folder with a `manifest.json`, sorted (the model folders and `external/*`).

@@ -13,16 +13,16 @@
 //!   random models and random depth limits).
 
 use crate::support::{collage, collage_in, corpus, load_ok, root, round_trip};
-use collage::cost::cache::estimate_all;
-use collage::cost::mock::Mock;
-use collage::cost::{Cost, Estimate, Estimator, Request};
-use collage::dataflow::IndexSet;
-use collage::enumerate::{Candidate, DataflowGraph, SubGraph};
+use collage::analysis::dataflow::IndexSet;
 use collage::ir::{AttrValue, Module};
-use collage::partition::{self, PartitionError};
-use collage::ruletree::Program;
-use collage::search::{search, Item, Options, SearchError};
-use collage::sema;
+use collage::planning::cost::cache::estimate_all;
+use collage::planning::cost::mock::Mock;
+use collage::planning::cost::{Cost, Estimate, Estimator, Request};
+use collage::planning::enumerate::{Candidate, DataflowGraph, SubGraph};
+use collage::planning::partition::{self, PartitionError};
+use collage::planning::search::{search, Item, Options, SearchError};
+use collage::rules::ruletree::Program;
+use collage::rules::sema;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -344,8 +344,8 @@ def @main(%x: Tensor[(10, 10), float32]) {
     let e = estimate_all(&g, &p, std::slice::from_ref(&c), &mock(3.0), &|_, _| {});
     assert_eq!(e.costs, vec![Cost::value(3.0)]);
     // What an external measurer would receive: a function with a tuple parameter.
-    let x = collage::enumerate::extract::extract(&g, &c.sub_graph, Vec::new()).unwrap();
-    let text = collage::relay::print::print_module(&x);
+    let x = collage::planning::enumerate::extract::extract(&g, &c.sub_graph, Vec::new()).unwrap();
+    let text = collage::frontend::relay::print::print_module(&x);
     assert!(
         text.contains("FunctionVar_0: (Tensor[(10, 10), float32], Tensor[(10, 10), float32])"),
         "{text}"
@@ -355,7 +355,7 @@ def @main(%x: Tensor[(10, 10), float32]) {
 // ---------------------------------------------------------------------------------------------
 // The corpus
 
-fn library_with(keep: &dyn Fn(&collage::ruletree::Target) -> bool) -> Program {
+fn library_with(keep: &dyn Fn(&collage::rules::ruletree::Target) -> bool) -> Program {
     let p = crate::enumerate::library();
     let mut out = p.clone();
     out.targets = p.targets.iter().filter(|t| keep(t)).cloned().collect();
@@ -368,7 +368,7 @@ fn library_with(keep: &dyn Fn(&collage::ruletree::Target) -> bool) -> Program {
 #[test]
 fn corpus_partitions_round_trip_with_every_target() {
     let program = crate::enumerate::library();
-    let est = collage::cost::analytic::Analytic;
+    let est = collage::planning::cost::analytic::Analytic;
     let opts = partition::Options {
         baselines: false,
         ..Default::default()
@@ -397,7 +397,7 @@ fn corpus_partitions_round_trip_with_every_target() {
 #[test]
 fn never_worse_than_greedy_for_each_byoc_target() {
     let lib = crate::enumerate::library();
-    let est = collage::cost::analytic::Analytic;
+    let est = collage::planning::cost::analytic::Analytic;
     let byoc: Vec<String> = lib
         .targets
         .iter()
@@ -460,11 +460,14 @@ fn identical_layers_share_their_estimates() {
         ..Default::default()
     };
     let calls = |layers: usize| {
-        let text = collage::gen::gpt2(layers);
+        let text = collage::frontend::gen::gpt2(layers);
         let (sources, _, m) = crate::support::load_text("gpt2.relay", &text);
         let m = m.unwrap_or_else(|d| panic!("{}", d.render_plain(&sources)));
         let g = DataflowGraph::new(&m, m.main().unwrap());
-        let est = Counting(collage::cost::analytic::Analytic, AtomicUsize::new(0));
+        let est = Counting(
+            collage::planning::cost::analytic::Analytic,
+            AtomicUsize::new(0),
+        );
         let plan = partition::partition(&g, &program, &est, &opts, &partition::Silent).unwrap();
         assert_eq!(plan.stats.estimates, est.1.load(Ordering::Relaxed));
         plan.stats.estimates
@@ -547,7 +550,7 @@ fn identical_partitions_share_one_global_function() {
 #[test]
 fn pruning_is_never_better_than_the_exact_search() {
     let program = crate::enumerate::library();
-    let est = collage::cost::analytic::Analytic;
+    let est = collage::planning::cost::analytic::Analytic;
     for (name, m) in corpus().into_iter().filter(|(n, _)| !n.starts_with("gpt2")) {
         let g = DataflowGraph::new(&m, m.main().unwrap());
         let run = |prune: bool| {
@@ -581,19 +584,23 @@ fn pruning_is_never_better_than_the_exact_search() {
 fn transitions_are_charged_only_across_planned_devices() {
     let path = root().join("tests/fixtures/partition-devices/two-devices.relay");
     let m = load_ok(&path);
-    let plan = collage::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
-        .unwrap_or_else(|_| panic!("plans"));
+    let plan =
+        collage::analysis::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
+            .unwrap_or_else(|_| panic!("plans"));
     let mut planned = plan.module.clone();
-    collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
+    collage::analysis::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
     let g = DataflowGraph::new(&planned, planned.main().unwrap());
     let program = crate::enumerate::library();
-    let candidates: Vec<Candidate> =
-        collage::enumerate::enumerate(&g, &program, &collage::enumerate::Limits::default())
-            .expect("within the default bounds")
-            .candidates
-            .into_iter()
-            .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
-            .collect();
+    let candidates: Vec<Candidate> = collage::planning::enumerate::enumerate(
+        &g,
+        &program,
+        &collage::planning::enumerate::Limits::default(),
+    )
+    .expect("within the default bounds")
+    .candidates
+    .into_iter()
+    .filter(|c| partition::device_allows(&g, &program, &plan.devices, c))
+    .collect();
     let crossings = partition::Crossings::new(&g, &program, &candidates, Some(&plan.devices));
     let tvm_cpu = program
         .targets
@@ -632,17 +639,18 @@ fn transitions_are_charged_only_across_planned_devices() {
 fn two_device_model_partitions_on_both_devices() {
     let path = root().join("tests/fixtures/partition-devices/two-devices.relay");
     let m = load_ok(&path);
-    let plan = collage::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
-        .unwrap_or_else(|_| panic!("plans"));
-    assert!(collage::devices::has_annotations(&m));
+    let plan =
+        collage::analysis::devices::plan_devices(&m, &collage::ir::VirtualDevice::unconstrained())
+            .unwrap_or_else(|_| panic!("plans"));
+    assert!(collage::analysis::devices::has_annotations(&m));
     let mut planned = plan.module.clone();
-    collage::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
+    collage::analysis::typeck::check(&mut planned).unwrap_or_else(|_| panic!("type-checks"));
     let g = DataflowGraph::new(&planned, planned.main().unwrap());
     let program = crate::enumerate::library();
     let result = partition::partition_on_devices(
         &g,
         &program,
-        &collage::cost::analytic::Analytic,
+        &collage::planning::cost::analytic::Analytic,
         &partition::Options::default(),
         &partition::Silent,
         Some(&plan.devices),
@@ -682,7 +690,7 @@ fn two_device_model_partitions_on_both_devices() {
     let free = partition::partition(
         &g,
         &program,
-        &collage::cost::analytic::Analytic,
+        &collage::planning::cost::analytic::Analytic,
         &partition::Options::default(),
         &partition::Silent,
     )
@@ -761,14 +769,15 @@ fn table_costs_by_fingerprint_with_fallback() {
     }
     assert!(!table.is_empty());
     let table =
-        collage::cost::table::Table::from_json(&serde_json::json!({ "costs": table })).unwrap();
-    let chain = collage::cost::Chain(vec![
+        collage::planning::cost::table::Table::from_json(&serde_json::json!({ "costs": table }))
+            .unwrap();
+    let chain = collage::planning::cost::Chain(vec![
         Box::new(table),
-        Box::new(collage::cost::analytic::Analytic),
+        Box::new(collage::planning::cost::analytic::Analytic),
     ]);
     let program = crate::enumerate::library();
     let g = DataflowGraph::new(&m, m.main().unwrap());
-    let cands = collage::enumerate::enumerate(&g, &program, &Default::default())
+    let cands = collage::planning::enumerate::enumerate(&g, &program, &Default::default())
         .expect("within the limits")
         .candidates;
     let e = estimate_all(&g, &program, &cands, &chain, &|_, _| {});
@@ -1074,14 +1083,14 @@ fn assert_within_limits(
     g: &DataflowGraph<'_>,
     program: &Program,
     plan: &partition::Plan,
-    limits: &collage::enumerate::Limits,
+    limits: &collage::planning::enumerate::Limits,
 ) {
     for p in &plan.partitions {
         let t = &program.targets[p.target];
         if t.is_host {
             continue;
         }
-        let config = collage::enumerate::target_limits(t, limits);
+        let config = collage::planning::enumerate::target_limits(t, limits);
         assert!(
             p.sub_graph.is_valid(g, &config),
             "{} ({}): depth {}, {} exits: outside {config:?}",
@@ -1152,7 +1161,7 @@ proptest! {
             ],
         };
         let opts = partition::Options {
-            limits: collage::enumerate::Limits {
+            limits: collage::planning::enumerate::Limits {
                 tvm_max_depth: tvm_depth,
                 byoc_max_depth: byoc_depth,
                 ..Default::default()
@@ -1188,7 +1197,7 @@ proptest! {
 /// rule trees, depth limits and fusion styles").
 #[test]
 fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
-    let prelude = collage::library::LIBRARY
+    let prelude = collage::rules::library::LIBRARY
         .iter()
         .find(|(n, _)| *n == "rules/prelude.rules")
         .map(|(_, t)| *t)
@@ -1208,7 +1217,10 @@ fn the_reference_configuration_fuses_the_hook_target_as_tvm_does() {
     let program = checked.program.expect("the reference rules check");
     let hook = program.target("example").expect("the hook target");
     assert_eq!(hook.compiler.as_deref(), Some("example_target_hook"));
-    assert_eq!(hook.fusion, Some(collage::ruletree::FusionStyle::Arbitrary));
+    assert_eq!(
+        hook.fusion,
+        Some(collage::rules::ruletree::FusionStyle::Arbitrary)
+    );
 }
 
 /// A function literal has an input (the value it captures) yet is inlinable, so data can leave

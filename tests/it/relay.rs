@@ -9,9 +9,9 @@ use crate::support::{
     assert_tvm_device_syntax, load_ok, load_text, load_text_ok, reference_rules, rel, root,
     round_trip,
 };
+use collage::frontend::relay::print::{print_module_with, PrintOptions};
 use collage::ir::equal::modules_equal;
 use collage::ir::{Expr, Module, VirtualDevice};
-use collage::relay::print::{print_module_with, PrintOptions};
 
 const TVM_COMPAT: PrintOptions = PrintOptions {
     type_comments: true,
@@ -67,11 +67,11 @@ fn err_fixtures_report_their_code() {
 /// parameters, as TVM's printer writes it), and reads back to the same module.
 #[test]
 fn outlined_functions_print_their_return_types() {
-    use collage::enumerate::DataflowGraph;
-    use collage::partition;
+    use collage::planning::enumerate::DataflowGraph;
+    use collage::planning::partition;
     let m = load_ok(&root().join("tests/models/mnist.relay"));
     let program = reference_rules();
-    let est = collage::cost::mock::Mock {
+    let est = collage::planning::cost::mock::Mock {
         costs: vec![("tvm".into(), 3.0), ("example".into(), 2.0)],
     };
     let opts = partition::Options {
@@ -116,7 +116,9 @@ fn ok_fixtures_read_back_from_the_tvm_compatible_form() {
             return;
         }
         with_let_devices += 1;
-        let plan = |x: &Module| collage::devices::plan_devices(x, &VirtualDevice::for_device(1, 0));
+        let plan = |x: &Module| {
+            collage::analysis::devices::plan_devices(x, &VirtualDevice::for_device(1, 0))
+        };
         let (a, b) = (plan(&m).unwrap(), plan(&back).unwrap());
         if let Err(e) = modules_equal(&a.module, &b.module) {
             panic!("{name}: the TVM-compatible form plans differently: {e}\n{text}");
@@ -142,11 +144,13 @@ def @main(%a: Tensor[(5, 7), float32], %b {virtual_device=VirtualDevice(device="
 }
 "#;
     let m = load_text_ok("compat.relay", text);
-    let plan = collage::devices::plan_devices(&m, &VirtualDevice::for_device(1, 0)).unwrap();
+    let plan =
+        collage::analysis::devices::plan_devices(&m, &VirtualDevice::for_device(1, 0)).unwrap();
     let printed = print_module_with(&plan.module, TVM_COMPAT);
     assert_tvm_device_syntax("compat.relay", &printed);
     let back = load_text_ok("compat.relay (printed)", &printed);
-    let again = collage::devices::plan_devices(&back, &VirtualDevice::for_device(1, 0)).unwrap();
+    let again =
+        collage::analysis::devices::plan_devices(&back, &VirtualDevice::for_device(1, 0)).unwrap();
     modules_equal(&again.module, &plan.module).unwrap();
     insta::assert_snapshot!(printed);
 }

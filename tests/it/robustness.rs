@@ -22,8 +22,8 @@
 use crate::mutate::{apply_byte_edit, byte_edit, mutate, ByteEdit, Weights};
 use crate::support::{load_text, root, round_trip};
 use collage::diag::Diagnostics;
+use collage::frontend::relay::lexer::{lex, Tok};
 use collage::ir::Module;
-use collage::relay::lexer::{lex, Tok};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::Config;
@@ -99,7 +99,7 @@ fn exercise_front_end(name: &str, text: &str) -> Result<bool, String> {
     let (sources, _, result) = load_text(name, text);
     match result {
         Ok(m) => {
-            let printed = collage::relay::print::print_module(&m);
+            let printed = collage::frontend::relay::print::print_module(&m);
             let (sources2, _, again) = load_text("printed.relay", &printed);
             let again = again.map_err(|d| {
                 format!(
@@ -110,7 +110,7 @@ fn exercise_front_end(name: &str, text: &str) -> Result<bool, String> {
             collage::ir::equal::modules_equal(&m, &again).map_err(|e| {
                 format!("re-loaded module differs: {e}\n--- printed ---\n{printed}")
             })?;
-            let reprinted = collage::relay::print::print_module(&again);
+            let reprinted = collage::frontend::relay::print::print_module(&again);
             if reprinted != printed {
                 return Err(format!(
                     "printing is not a fixed point\n--- printed ---\n{printed}\n--- reprinted ---\n{reprinted}"
@@ -135,8 +135,8 @@ fn exercise_front_end(name: &str, text: &str) -> Result<bool, String> {
 /// DPL expands without errors, or reports usable diagnostics.
 fn exercise_device_planning(text: &str, m: &collage::ir::Module) -> Result<(), String> {
     let cpu = collage::ir::VirtualDevice::for_device(1, 0);
-    match collage::devices::plan_devices(m, &cpu) {
-        Ok(plan) => collage::devices::expand(&plan.module)
+    match collage::analysis::devices::plan_devices(m, &cpu) {
+        Ok(plan) => collage::analysis::devices::expand(&plan.module)
             .map(|_| ())
             .map_err(|d| format!("DPL rejects the planned module: {:?}", d.iter().next())),
         Err(diags) => check_diagnostics(text, &diags),
@@ -1360,7 +1360,7 @@ fn a_million_open_parentheses_are_rejected() {
 fn nesting_just_below_the_limit_loads_and_round_trips() {
     // Each construct nested as deep as the parser allows, minus a margin for the enclosing
     // function: the later passes (type inference, printer, equality) must cope too.
-    let limit = collage::relay::MAX_DEPTH as usize;
+    let limit = collage::frontend::relay::MAX_DEPTH as usize;
     let n = limit - 8;
     let mut text = header("%x: Tensor[(2), float32]");
     text.push_str(&"nn.relu(".repeat(n));

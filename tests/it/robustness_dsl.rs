@@ -22,8 +22,8 @@
 use crate::dsl::{all_rules_files, prime_custom_operators, span_problems};
 use crate::mutate::{apply_byte_edit, byte_edit, mutate, ByteEdit, Weights};
 use crate::support::rel;
-use collage::ruletree::print::print_program;
-use collage::sema::{self, Checked, Provider};
+use collage::rules::ruletree::print::print_program;
+use collage::rules::sema::{self, Checked, Provider};
 use collage::source::SourceMap;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -435,7 +435,7 @@ const DEEP_CASES: &[(&str, Builder)] = &[
     ("items-10000", || items(10_000)),
     // Formerly overflowed the stack or took too long: now each is refused with a diagnostic
     // (nesting limits in the lowering) or checked in linear time.
-    // Stack overflow in `Checker::pred` (src/sema/pred.rs), which recurses once per `!` or `-`,
+    // Stack overflow in `Checker::pred` (src/rules/sema/pred.rs), which recurses once per `!` or `-`,
     // and in the recursive drop of the `ast::Expr` chain.
     ("not-100000", || {
         format!("pattern p = nn.relu($x) where {}true;", "!".repeat(100_000))
@@ -454,7 +454,7 @@ const DEEP_CASES: &[(&str, Builder)] = &[
             " && true".repeat(10_000)
         )
     }),
-    // Stack overflow in lowering (src/dsl/lower.rs) below the parser's stack guard:
+    // Stack overflow in lowering (src/rules/dsl/lower.rs) below the parser's stack guard:
     // `Lowerer::rule_expr`, the pattern chain `pattern -> pat_alt -> pat_as -> pat_postfix ->
     // pat_primary -> call_pat`, and the expression chain `expr -> binary_chain -> ... -> atom`.
     ("union-2000", || {

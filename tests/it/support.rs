@@ -56,7 +56,7 @@ pub fn rel(path: &Path) -> String {
 pub fn load_text(name: &str, text: &str) -> (SourceMap, FileId, Result<Module, Diagnostics>) {
     let mut sources = SourceMap::new();
     let file = sources.add(name, text);
-    let result = collage::relay::load(&sources, file);
+    let result = collage::frontend::relay::load(&sources, file);
     (sources, file, result)
 }
 
@@ -75,7 +75,7 @@ pub fn load_text_ok(name: &str, text: &str) -> Module {
 /// Prints, re-parses and re-prints a module, checking structural equality and the fixed point.
 /// Returns the printed text.
 pub fn round_trip(name: &str, m: &Module) -> String {
-    let printed = collage::relay::print::print_module(m);
+    let printed = collage::frontend::relay::print::print_module(m);
     let (sources, _, again) = load_text(name, &printed);
     let again = match again {
         Ok(a) => a,
@@ -87,7 +87,7 @@ pub fn round_trip(name: &str, m: &Module) -> String {
     if let Err(e) = collage::ir::equal::modules_equal(m, &again) {
         panic!("{name}: re-parsed module differs: {e}\n--- printed ---\n{printed}");
     }
-    let reprinted = collage::relay::print::print_module(&again);
+    let reprinted = collage::frontend::relay::print::print_module(&again);
     assert_eq!(printed, reprinted, "{name}: printing is not a fixed point");
     printed
 }
@@ -119,7 +119,7 @@ pub fn corpus() -> Vec<(String, Module)> {
 /// The rules of the reference configuration (`benches/reference.rules` with the shipped
 /// prelude): the native target, the host and the BYOC target `example` (relu, add and
 /// concatenate patterns).
-pub fn reference_rules() -> collage::ruletree::Program {
+pub fn reference_rules() -> collage::rules::ruletree::Program {
     let prelude = std::fs::read_to_string(root().join("rules/prelude.rules")).unwrap();
     let reference = std::fs::read_to_string(root().join("benches/reference.rules")).unwrap();
     let table = [
@@ -127,9 +127,9 @@ pub fn reference_rules() -> collage::ruletree::Program {
         ("rules/reference.rules", reference.as_str()),
     ];
     let mut sources = SourceMap::new();
-    let checked = collage::sema::check(
+    let checked = collage::rules::sema::check(
         &mut sources,
-        &collage::sema::Provider::Embedded(&table),
+        &collage::rules::sema::Provider::Embedded(&table),
         &[std::path::PathBuf::from("rules/reference.rules")],
     );
     match checked.program {
@@ -193,15 +193,16 @@ pub fn assert_tvm_device_syntax(name: &str, text: &str) {
 /// `w`; the outputs, flattened, and the executable.
 pub fn run_model(
     m: &Module,
-    w: &collage::exec::data::Weights,
-    opts: &collage::exec::executor::Options,
-    inputs: Option<&[std::sync::Arc<collage::exec::tensor::Tensor>]>,
+    w: &collage::runtime::exec::data::Weights,
+    opts: &collage::runtime::exec::executor::Options,
+    inputs: Option<&[std::sync::Arc<collage::runtime::exec::tensor::Tensor>]>,
 ) -> (
-    Vec<collage::exec::tensor::Tensor>,
-    collage::exec::executor::Executable,
+    Vec<collage::runtime::exec::tensor::Tensor>,
+    collage::runtime::exec::executor::Executable,
 ) {
     let mw = w.for_module(m);
-    let x = collage::exec::executor::compile(m, &mw, opts).unwrap_or_else(|d| panic!("{d:?}"));
+    let x =
+        collage::runtime::exec::executor::compile(m, &mw, opts).unwrap_or_else(|d| panic!("{d:?}"));
     let ins: Vec<_> = match inputs {
         Some(i) => i.to_vec(),
         None => x

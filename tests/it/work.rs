@@ -1,9 +1,9 @@
-//! The per-operator work model (`collage::work`) over the model corpus: totals against known
+//! The per-operator work model (`collage::analysis::work`) over the model corpus: totals against known
 //! model sizes, and no corpus operator left to the fallback formula.
 
 use crate::support::corpus;
+use collage::analysis::work::{call_flops, module_flops, op_work, OpWork};
 use collage::ir::{Callee, Expr, ExprId, Module};
-use collage::work::{call_flops, module_flops, op_work, OpWork};
 use std::collections::BTreeSet;
 
 /// Every operator call of a module: (expression, operator name).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times an ONNX file with the onnxruntime Python package, with the settings `collage bench`
-gives ONNX Runtime (src/backend/ort.rs, docs/backends.md "ONNX Runtime"):
+gives ONNX Runtime (src/runtime/backend/ort.rs, docs/backends.md "ONNX Runtime"):
 
   CPU execution provider, graph optimization ORT_ENABLE_ALL, intra-op threads N, inter-op
   threads 1, sequential execution, session.intra_op.allow_spinning = 0 and

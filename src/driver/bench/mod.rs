@@ -13,14 +13,14 @@ mod report;
 use super::progress::Bar;
 use super::render::Format;
 use super::Outcome;
-use crate::backend::registry::Setup;
 use crate::diag::{self, Diagnostic, Diagnostics};
-use crate::enumerate::Limits;
-use crate::exec::data::Weights;
-use crate::measure::protocol::Settings;
-use crate::partition::{self, Progress as _};
 use crate::pipeline::placements::{self, Row, Status};
 use crate::pipeline::{self, checks, measuring, Inputs, Targets};
+use crate::planning::enumerate::Limits;
+use crate::planning::partition::{self, Progress as _};
+use crate::runtime::backend::registry::Setup;
+use crate::runtime::exec::data::Weights;
+use crate::runtime::measure::protocol::Settings;
 use crate::source::SourceMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -35,7 +35,7 @@ pub struct Request {
     /// Only these targets (empty: the targets that can run here; the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: crate::cost::Spec,
+    pub costs: crate::planning::cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.

@@ -3,10 +3,10 @@
 
 use super::Request;
 use crate::driver::render::{self, json_num};
-use crate::measure::Measure;
-use crate::partition::Plan;
 use crate::pipeline::placements::{label_of, PartTime, Row, Speedup, Status};
-use crate::ruletree::Program;
+use crate::planning::partition::Plan;
+use crate::rules::ruletree::Program;
+use crate::runtime::measure::Measure;
 use std::fmt::Write as _;
 
 /// Everything the reports show.
@@ -272,7 +272,9 @@ impl Report<'_> {
         self.program
             .targets
             .iter()
-            .find(|t| t.compiler.is_none() && !t.is_host && crate::backend::registry::on_cpu(t))
+            .find(|t| {
+                t.compiler.is_none() && !t.is_host && crate::runtime::backend::registry::on_cpu(t)
+            })
             .map_or("native".to_string(), |t| t.name.clone())
     }
 

@@ -8,9 +8,9 @@ pub use report::{dot, report_json, report_table};
 use super::progress::Bar;
 use super::render::{self, Format};
 use super::Outcome;
-use crate::enumerate::Limits;
-use crate::partition::{self, Progress as _};
 use crate::pipeline::{self, measuring::MeasureArgs, Inputs, Targets};
+use crate::planning::enumerate::Limits;
+use crate::planning::partition::{self, Progress as _};
 use crate::source::SourceMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,7 +25,7 @@ pub struct Request {
     /// Only these targets (the host is always kept).
     pub targets: Vec<String>,
     /// The cost specification.
-    pub costs: crate::cost::Spec,
+    pub costs: crate::planning::cost::Spec,
     /// Time limit of one `cmd:` measurement.
     pub cmd_timeout: std::time::Duration,
     /// Depth limits.
@@ -47,7 +47,7 @@ pub struct Request {
     /// Print the wall time of each phase on stderr.
     pub timings: bool,
     /// How the partitioned program is printed (`--tvm-compat`).
-    pub print: crate::relay::print::PrintOptions,
+    pub print: crate::frontend::relay::print::PrintOptions,
     /// Where and how `--costs measure` measures.
     pub measure: MeasureArgs,
     /// Show progress on stderr even when it is not a terminal.
@@ -80,7 +80,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
     let g = pipeline::graph(m)?;
     let popts = partition::Options {
         limits: req.limits,
-        search: crate::search::Options {
+        search: crate::planning::search::Options {
             lower_bound: req.lower_bound,
         },
         baselines: req.baselines,

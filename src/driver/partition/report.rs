@@ -1,13 +1,13 @@
 //! The reports of `collage partition`: the table, the JSON, the DOT picture and the
 //! explanations of `--explain`.
 
-use crate::dataflow::NodeIdx;
+use crate::analysis::dataflow::NodeIdx;
 use crate::driver::render::{fmt_cost, node_name};
-use crate::enumerate::DataflowGraph;
 use crate::ir::Module;
-use crate::partition::{Partition, Plan};
 use crate::pipeline::explain::Explanation;
-use crate::ruletree::Program;
+use crate::planning::enumerate::DataflowGraph;
+use crate::planning::partition::{Partition, Plan};
+use crate::rules::ruletree::Program;
 use crate::source::SourceMap;
 use std::fmt::Write as _;
 

@@ -6,18 +6,18 @@ mod report;
 
 use super::render::Format;
 use super::{load_model, main_of, out, report, Outcome};
-use crate::backend::native::grouping::FuseGrouping;
-use crate::backend::native::{compile, Config, Native};
-use crate::backend::registry;
 use crate::diag::{self, Diagnostic, Diagnostics};
-use crate::exec::compare::{self, Diff, Purpose, Summary};
-use crate::exec::data::Weights;
-use crate::exec::executor::{self, Executable, Options};
-use crate::exec::kernel::{Backend, Backends};
-use crate::exec::tensor::Tensor;
-use crate::exec::value::Value;
 use crate::ir::Module;
 use crate::pipeline::{self, checks};
+use crate::runtime::backend::native::grouping::FuseGrouping;
+use crate::runtime::backend::native::{compile, Config, Native};
+use crate::runtime::backend::registry;
+use crate::runtime::exec::compare::{self, Diff, Purpose, Summary};
+use crate::runtime::exec::data::Weights;
+use crate::runtime::exec::executor::{self, Executable, Options};
+use crate::runtime::exec::kernel::{Backend, Backends};
+use crate::runtime::exec::tensor::Tensor;
+use crate::runtime::exec::value::Value;
 use crate::source::SourceMap;
 use report::RunReport;
 use std::path::{Path, PathBuf};
@@ -316,7 +316,7 @@ fn native_backend(req: &Request, threads: usize) -> Result<Option<Arc<Native>>, 
     };
     let place = match req.backend {
         BackendChoice::Auto => pipeline::measuring::cache_place(req.cache_dir.as_deref())?,
-        _ => crate::measure::dir::Place::default(),
+        _ => crate::runtime::measure::dir::Place::default(),
     };
     Ok((req.backend == BackendChoice::Auto).then(|| {
         registry::native(Config {
@@ -333,7 +333,7 @@ fn native_backend(req: &Request, threads: usize) -> Result<Option<Arc<Native>>, 
 fn read_inputs(
     x: &Executable,
     given: &[(String, PathBuf)],
-    mw: &crate::exec::data::ModuleWeights<'_>,
+    mw: &crate::runtime::exec::data::ModuleWeights<'_>,
 ) -> Result<(Vec<Arc<Tensor>>, Vec<String>), Outcome> {
     for (name, _) in given {
         if !x.inputs.iter().any(|i| &i.name == name) {
@@ -360,7 +360,7 @@ fn read_inputs(
                         format!("cannot read `{}`: {e}", file.display()),
                     )
                 })?;
-                let t = crate::exec::npy::read(&bytes).map_err(|e| {
+                let t = crate::runtime::exec::npy::read(&bytes).map_err(|e| {
                     input_error(format!("input `{}` (`{}`): {e}", p.name, file.display()))
                 })?;
                 x.check_input(i, &t)
@@ -395,7 +395,7 @@ fn output_files(
 ) -> Result<Vec<PathBuf>, Outcome> {
     let out_files: Vec<PathBuf> = match &req.output_dir {
         Some(dir) => {
-            let n = crate::exec::value::flat_shapes(&x.output_type).map_or(0, |s| s.len());
+            let n = crate::runtime::exec::value::flat_shapes(&x.output_type).map_or(0, |s| s.len());
             (0..n).map(|i| dir.join(format!("output{i}.npy"))).collect()
         }
         None => Vec::new(),
@@ -549,7 +549,7 @@ fn write_outputs(
             ));
         }
         for (t, path) in outputs.iter().zip(out_files) {
-            let bytes = crate::exec::npy::write(t).map_err(|e| {
+            let bytes = crate::runtime::exec::npy::write(t).map_err(|e| {
                 usage(
                     diag::E0902,
                     format!("cannot write `{}`: {e}", path.display()),

@@ -1,11 +1,11 @@
 //! The report of `collage run`: the table and the JSON.
 
 use super::{Comparison, Request};
-use crate::backend::native::Stats;
 use crate::driver::render::json_num;
-use crate::exec::compare::Summary;
-use crate::exec::executor::Executable;
-use crate::measure::protocol::median;
+use crate::runtime::backend::native::Stats;
+use crate::runtime::exec::compare::Summary;
+use crate::runtime::exec::executor::Executable;
+use crate::runtime::measure::protocol::median;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -1,0 +1,222 @@
+//! `nn.conv2d`: any data, kernel and output layout (converted to `NCHW`/`OIHW` and back),
+//! strides, dilation, padding on each side and groups. Each group is an im2col matrix times the
+//! group's weights through [`super::gemm`], so every output element sums its products in the
+//! same fixed order.
+
+use super::gemm::{sgemm, sgemm_serial};
+use super::transform::{layout, LayoutConv};
+use super::{op, Call, OpImpl, Reason};
+use crate::ir::DType;
+use crate::ops::geom::{self, AxisError};
+use crate::runtime::exec::kernel::RunError;
+use crate::runtime::exec::tensor::Tensor;
+use rayon::prelude::*;
+
+/// The geometry of one 2-d convolution in canonical layouts.
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    o: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    groups: usize,
+    stride: (usize, usize),
+    dilation: (usize, usize),
+    /// Top and left padding (bottom and right only bound the output size).
+    pad: (usize, usize),
+}
+
+/// `[top, left, bottom, right]` from TVM's 1-, 2- or 4-value padding.
+pub(super) fn padding4(p: &[i64]) -> Result<[usize; 4], Reason> {
+    let (before, after) = geom::padding(p, 2).map_err(|e| match e {
+        AxisError::Value(x) => format!("negative padding {x}"),
+        AxisError::Count(n) => format!("padding needs 1, 2 or 4 values, found {n}"),
+    })?;
+    let u = |x: i64| x as usize;
+    Ok([u(before[0]), u(before[1]), u(after[0]), u(after[1])])
+}
+
+/// `[h, w]` from a 1- or 2-value attribute.
+pub(super) fn pair(c: &Call<'_>, name: &str) -> Result<(usize, usize), Reason> {
+    let v = c.ints(name)?;
+    if v.iter().any(|&x| x <= 0) {
+        return Err(format!(
+            "attribute `{name}` of `{}` must hold positive values",
+            c.op.name
+        ));
+    }
+    match geom::per_axis(&v, 2, true) {
+        Ok(v) => Ok((v[0] as usize, v[1] as usize)),
+        Err(_) => Err(format!(
+            "attribute `{name}` of `{}` needs 1 or 2 values",
+            c.op.name
+        )),
+    }
+}
+
+pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let (d, wt, o) = (c.arg(0)?.clone(), c.arg(1)?.clone(), c.out()?.clone());
+    c.require_float(&[d.dtype, wt.dtype, o.dtype])?;
+    let data_layout = layout(c.str("data_layout")?)?;
+    let kernel_layout = layout(c.str("kernel_layout")?)?;
+    let out_layout = match c.str("out_layout")? {
+        "" => data_layout.clone(),
+        s => layout(s)?,
+    };
+    let nchw = layout("NCHW")?;
+    let oihw = layout("OIHW")?;
+    let to_data = LayoutConv::new(&data_layout, &nchw, &d.dims)?;
+    let to_kernel = LayoutConv::new(&kernel_layout, &oihw, &wt.dims)?;
+    let (dd, kd) = (to_data.dims.clone(), to_kernel.dims.clone());
+    let groups = usize::try_from(c.int("groups")?).unwrap_or(0);
+    if groups == 0 || dd[1] % groups != 0 || kd[0] % groups != 0 || kd[1] * groups != dd[1] {
+        return Err(format!(
+            "`nn.conv2d` with groups={groups} does not fit data {:?} and weight {:?}",
+            d.dims, wt.dims
+        ));
+    }
+    let stride = pair(c, "strides")?;
+    let dilation = pair(c, "dilation")?;
+    let [pt, pl, pb, pr] = padding4(&c.ints("padding")?)?;
+    let span = |n: usize, k: usize, p: usize, s: usize, dl: usize| -> Result<usize, Reason> {
+        geom::window_out_usize(n, k, p, s, dl, false)
+            .ok_or_else(|| "the convolution window is larger than the padded input".to_string())
+    };
+    let g = Geom {
+        n: dd[0],
+        c: dd[1],
+        h: dd[2],
+        w: dd[3],
+        o: kd[0],
+        kh: kd[2],
+        kw: kd[3],
+        oh: span(dd[2], kd[2].max(1), pt + pb, stride.0, dilation.0)?,
+        ow: span(dd[3], kd[3].max(1), pl + pr, stride.1, dilation.1)?,
+        groups,
+        stride,
+        dilation,
+        pad: (pt, pl),
+    };
+    if g.kh == 0 || g.kw == 0 {
+        return Err("`nn.conv2d` with an empty kernel window is not supported".into());
+    }
+    let canon_out = [g.n, g.o, g.oh, g.ow];
+    let from_out = LayoutConv::new(&nchw, &out_layout, &canon_out)?;
+    if from_out.dims != o.dims {
+        return Err(format!(
+            "`nn.conv2d` computes {:?} but its type says {:?}",
+            from_out.dims, o.dims
+        ));
+    }
+    op(move |args, outs| {
+        let data = convert(args[0], &to_data)?;
+        let weight = convert(args[1], &to_kernel)?;
+        let (x, w) = (data.f32_view(), weight.f32_view());
+        let mut res = vec![0f32; g.n * g.o * g.oh * g.ow];
+        conv2d_nchw(&g, &x, &w, &mut res);
+        if from_out.is_identity() {
+            outs[0].store_f32(&res);
+        } else {
+            let canon =
+                Tensor::from_slice(DType::F32, &canon_out, &res).map_err(|e| RunError::new(e.0))?;
+            let mut t =
+                Tensor::zeros(DType::F32, &from_out.dims).map_err(|e| RunError::new(e.0))?;
+            from_out.apply(&canon, &mut t);
+            outs[0].store_f32(t.as_slice::<f32>());
+        }
+        Ok(())
+    })
+}
+
+/// The tensor in the canonical layout (borrowed when it already is).
+fn convert<'t>(t: &'t Tensor, conv: &LayoutConv) -> Result<std::borrow::Cow<'t, Tensor>, RunError> {
+    if conv.is_identity() {
+        return Ok(std::borrow::Cow::Borrowed(t));
+    }
+    let mut out = Tensor::zeros(t.dtype(), &conv.dims).map_err(|e| RunError::new(e.0))?;
+    conv.apply(t, &mut out);
+    Ok(std::borrow::Cow::Owned(out))
+}
+
+/// Fills the im2col matrix of image `n`, group `grp`: row `(c * kh + i) * kw + j`, column
+/// `oy * ow + ox` holds the input under kernel tap `(i, j)` of output `(oy, ox)`, 0 in the
+/// padding.
+fn im2col(g: &Geom, x: &[f32], n: usize, grp: usize, col: &mut [f32]) {
+    let cg = g.c / g.groups;
+    let cols = g.oh * g.ow;
+    for ci in 0..cg {
+        let chan = &x[((n * g.c) + grp * cg + ci) * g.h * g.w..][..g.h * g.w];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &mut col[((ci * g.kh + i) * g.kw + j) * cols..][..cols];
+                for oy in 0..g.oh {
+                    let iy = (oy * g.stride.0 + i * g.dilation.0) as isize - g.pad.0 as isize;
+                    let dst = &mut row[oy * g.ow..(oy + 1) * g.ow];
+                    if iy < 0 || iy as usize >= g.h {
+                        dst.fill(0.0);
+                        continue;
+                    }
+                    let src = &chan[iy as usize * g.w..(iy as usize + 1) * g.w];
+                    for (ox, d) in dst.iter_mut().enumerate() {
+                        let ix = (ox * g.stride.1 + j * g.dilation.1) as isize - g.pad.1 as isize;
+                        *d = if ix < 0 || ix as usize >= g.w {
+                            0.0
+                        } else {
+                            src[ix as usize]
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The convolution in `NCHW`/`OIHW`, `out` in `NCHW`.
+fn conv2d_nchw(g: &Geom, x: &[f32], w: &[f32], out: &mut [f32]) {
+    let cg = g.c / g.groups;
+    let og = g.o / g.groups;
+    let kk = cg * g.kh * g.kw;
+    let cols = g.oh * g.ow;
+    if cols == 0 || og == 0 {
+        return;
+    }
+    // A 1x1 kernel with unit strides and no padding reads the input as it is.
+    let direct = g.kh == 1
+        && g.kw == 1
+        && g.stride == (1, 1)
+        && g.pad == (0, 0)
+        && g.oh == g.h
+        && g.ow == g.w;
+    let group = |n: usize, grp: usize, dst: &mut [f32], parallel: bool| {
+        let wg = &w[grp * og * kk..(grp + 1) * og * kk];
+        let mut owned = Vec::new();
+        let col: &[f32] = if direct {
+            &x[(n * g.c + grp * cg) * cols..(n * g.c + (grp + 1) * cg) * cols]
+        } else {
+            owned.resize(kk * cols, 0f32);
+            im2col(g, x, n, grp, &mut owned);
+            &owned
+        };
+        if parallel {
+            sgemm(og, kk, cols, wg, kk as isize, 1, col, cols as isize, 1, dst);
+        } else {
+            sgemm_serial(og, kk, cols, wg, kk as isize, 1, col, cols as isize, 1, dst);
+        }
+    };
+    let per_group = og * cols;
+    let threads = rayon::current_num_threads();
+    if g.groups >= threads && threads > 1 {
+        out.par_chunks_mut(per_group)
+            .enumerate()
+            .for_each(|(i, dst)| group(i / g.groups, i % g.groups, dst, false));
+    } else {
+        for (i, dst) in out.chunks_mut(per_group).enumerate() {
+            group(i / g.groups, i % g.groups, dst, true);
+        }
+    }
+}

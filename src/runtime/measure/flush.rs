@@ -1,0 +1,181 @@
+//! Cold weights for candidate timings (`--cold-candidates`).
+//!
+//! A candidate timed in a loop keeps its weights, its packed weights and its working memory in
+//! the processor's caches from one call to the next. Inside a whole model it does not: between
+//! two calls of one partition run all the other kernels, and a model's weights (ResNet-50:
+//! 100 MB, GPT-2: 500 MB) are far larger than the last-level cache. A warm loop therefore
+//! favours the kernels that read the most memory, the ones the caches help most.
+//!
+//! Before each timed call, [`evict`] writes back and invalidates, line by line, every buffer
+//! the candidate's executable keeps between calls ([`crate::runtime::exec::kernel::Prepared::resident`]):
+//! TVM's `cache_flush_cpu_non_first_arg` does the same for the arguments of a tuned kernel
+//! (all but its first, the input). Inputs stay warm, as inside a model an input has usually
+//! just been written by the kernel before; so do the code and the executor's own data, which
+//! a whole model keeps warm too (evicting the whole cache instead made every small kernel look
+//! 10 µs slower than it runs inside a model).
+//!
+//! The lines are evicted on the OpenMP pool the kernels use, each thread a share, so that the
+//! pool's threads are awake when the timed call starts, as they are inside a model where the
+//! kernels follow each other (letting them fall asleep would charge a small kernel their
+//! wake-up).
+//!
+//! On processors other than x86-64 nothing is evicted: candidates are timed warm there.
+
+use crate::runtime::ffi::omp::Omp;
+
+/// Bytes of one cache line.
+const LINE: usize = 64;
+
+/// Whether [`evict`] evicts anything on this processor.
+pub const EVICTS: bool = cfg!(target_arch = "x86_64");
+
+/// Memory by address: a buffer's first byte and its length. Addresses rather than slices,
+/// because the buffers belong to kernels that guard them with locks; evicting a line neither
+/// reads nor writes its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    start: usize,
+    len: usize,
+}
+
+impl Range {
+    /// The bytes of `b`.
+    pub fn of(b: &[u8]) -> Range {
+        Range {
+            start: b.as_ptr() as usize,
+            len: b.len(),
+        }
+    }
+}
+
+/// Writes back and invalidates every cache line of `ranges`, on `omp`'s pool (with the
+/// calling thread's thread count) when given, else on the calling thread. Every range must be
+/// memory that stays allocated during the call.
+pub fn evict(ranges: &[Range], omp: Option<&Omp>) {
+    let share = |t: usize, n: usize| {
+        share_lines(ranges, t, n, &mut flush_line);
+        fence();
+    };
+    match omp {
+        Some(omp) if ranges.iter().any(|r| r.len > 0) => omp.parallel(0, &share),
+        _ => share(0, 1),
+    }
+}
+
+/// The cache lines `r` touches: the address of the first, and how many.
+fn lines_of(r: &Range) -> (usize, usize) {
+    if r.len == 0 {
+        return (r.start & !(LINE - 1), 0);
+    }
+    let first = r.start & !(LINE - 1);
+    let last = (r.start + (r.len - 1)) & !(LINE - 1);
+    (first, (last - first) / LINE + 1)
+}
+
+/// Calls `f` on the address of each cache line of the `t`-th of `n` nearly equal shares of the
+/// lines of `ranges` (taken in order).
+fn share_lines(ranges: &[Range], t: usize, n: usize, f: &mut dyn FnMut(usize)) {
+    let total: usize = ranges.iter().map(|r| lines_of(r).1).sum();
+    let n = n.max(1);
+    let (from, to) = (total * t / n, total * (t + 1) / n);
+    // `k`: the first line of the range, counted over all ranges.
+    let mut k = 0;
+    for r in ranges {
+        let (first, lines) = lines_of(r);
+        for l in from.max(k)..to.min(k + lines) {
+            f(first + (l - k) * LINE);
+        }
+        k += lines;
+    }
+}
+
+/// `ranges` sorted by address with repeats removed (a constant shared by several kernels of one
+/// program is reported once by each).
+pub fn distinct(mut ranges: Vec<Range>) -> Vec<Range> {
+    ranges.sort_unstable_by_key(|r| (r.start, r.len));
+    ranges.dedup();
+    ranges
+}
+
+#[cfg(target_arch = "x86_64")]
+fn flush_line(addr: usize) {
+    // SAFETY: SSE2 is part of x86-64; `addr` lies in memory the caller keeps allocated
+    // (`evict`'s contract), and flushing a line does not change its contents.
+    unsafe { std::arch::x86_64::_mm_clflush(addr as *const u8) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fence() {
+    // SAFETY: SSE2 is part of x86-64.
+    unsafe { std::arch::x86_64::_mm_mfence() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn flush_line(_addr: usize) {}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fence() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_of_every_range_is_visited_once_whatever_the_split() {
+        // Ranges at made-up addresses (only addresses are computed), aligned or not: a range
+        // of 2 bytes across a line boundary touches two lines.
+        let cases: Vec<Vec<(usize, usize)>> = vec![
+            vec![],
+            vec![(1 << 20, 0)],
+            vec![(1 << 20, 1)],
+            vec![(1 << 20, 64), (2 << 20, 65), (3 << 20, 1000)],
+            vec![(1 << 20, 4096), (2 << 20, 3), (3 << 20, 0), (4 << 20, 130)],
+            vec![(63, 2), (1000, 64), (4097, 127)],
+        ];
+        for case in cases {
+            let ranges: Vec<Range> = case
+                .iter()
+                .map(|&(start, len)| Range { start, len })
+                .collect();
+            // Every line a range touches, once.
+            let mut want: Vec<usize> = Vec::new();
+            for r in &ranges {
+                if r.len > 0 {
+                    want.extend(r.start / LINE..=(r.start + r.len - 1) / LINE);
+                }
+            }
+            for n in 1..=4 {
+                let mut got: Vec<usize> = Vec::new();
+                for t in 0..n {
+                    share_lines(&ranges, t, n, &mut |a| {
+                        assert_eq!(a % LINE, 0, "{a:#x} is not a line's address");
+                        got.push(a / LINE);
+                    });
+                }
+                assert_eq!(got, want, "{case:?} in {n}");
+            }
+        }
+        assert_eq!(
+            distinct(vec![
+                Range { start: 64, len: 8 },
+                Range { start: 0, len: 8 },
+                Range { start: 64, len: 8 },
+            ]),
+            [Range { start: 0, len: 8 }, Range { start: 64, len: 8 }]
+        );
+    }
+
+    #[test]
+    fn evicting_keeps_the_data() {
+        let a: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let b = vec![7u8; 65];
+        let before = (a.clone(), b.clone());
+        let ranges = [Range::of(&a), Range::of(&[]), Range::of(&b)];
+        evict(&ranges, None);
+        if let Ok(omp) = Omp::shared() {
+            evict(&ranges, Some(&omp));
+            evict(&[], Some(&omp));
+        }
+        assert_eq!((a, b), before);
+    }
+}

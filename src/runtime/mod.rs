@@ -1,0 +1,9 @@
+//! The runtime: run-time loaded libraries (`ffi`), execution with the kernel interface and the
+//! reference interpreter (`exec`), the backends (`backend`) and measured costs (`measure`).
+//!
+//! `docs/overview.md` gives the layers and what each module does.
+
+pub mod backend;
+pub mod exec;
+pub mod ffi;
+pub mod measure;

@@ -36,6 +36,25 @@ pub fn json_num(v: f64) -> serde_json::Value {
     }
 }
 
+/// One output's comparison for JSON reports: its name, whether it is within the tolerance, the
+/// largest differences, the mismatched elements and the tolerance used.
+pub fn output_diff_json(
+    i: usize,
+    d: &crate::runtime::exec::compare::Diff,
+    rtol: f64,
+    atol: f64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "name": format!("output{i}"),
+        "within_tolerance": d.within(),
+        "max_abs_diff": json_num(d.max_abs),
+        "max_rel_diff": json_num(d.max_rel),
+        "mismatched": d.mismatched,
+        "rtol": rtol,
+        "atol": atol,
+    })
+}
+
 /// One line for table reports.
 pub fn summary_line(m: &Measure) -> String {
     let c = m.counters();

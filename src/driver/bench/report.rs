@@ -2,7 +2,7 @@
 //! and the JSON.
 
 use super::Request;
-use crate::driver::render::{self, json_num};
+use crate::driver::render;
 use crate::pipeline::placements::{label_of, PartTime, Row, Speedup, Status};
 use crate::planning::partition::Plan;
 use crate::rules::ruletree::Program;
@@ -336,15 +336,7 @@ impl Report<'_> {
                     v["outputs"] = json!(diffs
                         .iter()
                         .enumerate()
-                        .map(|(i, (d, rtol, atol))| json!({
-                            "name": format!("output{i}"),
-                            "within_tolerance": d.within(),
-                            "max_abs_diff": json_num(d.max_abs),
-                            "max_rel_diff": json_num(d.max_rel),
-                            "mismatched": d.mismatched,
-                            "rtol": rtol,
-                            "atol": atol,
-                        }))
+                        .map(|(i, (d, rtol, atol))| render::output_diff_json(i, d, *rtol, *atol))
                         .collect::<Vec<_>>());
                 }
                 v

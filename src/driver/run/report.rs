@@ -1,7 +1,7 @@
 //! The report of `collage run`: the table and the JSON.
 
 use super::{Comparison, Request};
-use crate::driver::render::json_num;
+use crate::driver::render::output_diff_json;
 use crate::runtime::backend::native::Stats;
 use crate::runtime::exec::compare::Summary;
 use crate::runtime::exec::executor::Executable;
@@ -228,16 +228,9 @@ impl RunReport<'_> {
                     .iter()
                     .enumerate()
                     .map(|(i, (d, rtol, atol))| {
-                        serde_json::json!({
-                            "name": format!("output{i}"),
-                            "identical": d.identical,
-                            "within_tolerance": d.within(),
-                            "max_abs_diff": json_num(d.max_abs),
-                            "max_rel_diff": json_num(d.max_rel),
-                            "mismatched": d.mismatched,
-                            "rtol": rtol,
-                            "atol": atol,
-                        })
+                        let mut v = output_diff_json(i, d, *rtol, *atol);
+                        v["identical"] = serde_json::json!(d.identical);
+                        v
                     })
                     .collect();
                 serde_json::json!({

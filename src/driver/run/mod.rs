@@ -29,6 +29,8 @@ use std::time::Instant;
 pub struct Request {
     /// The model.
     pub model: PathBuf,
+    /// How the model (and the compared models) are read.
+    pub model_options: crate::pipeline::load::ModelOptions,
     /// The seed of weights and random inputs.
     pub seed: u64,
     /// `NAME=FILE.npy` input specifications.
@@ -210,11 +212,11 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let threads = req.threads.unwrap_or_else(executor::default_threads);
 
     let mut sources = SourceMap::new();
-    let m = load_model(&mut sources, &req.model)?;
+    let m = load_model(&mut sources, &req.model, &req.model_options)?;
     main_of(&m, &req.model)?;
     let mut others = Vec::new();
     for p in &req.compare_with {
-        let other = load_model(&mut sources, p)?;
+        let other = load_model(&mut sources, p, &req.model_options)?;
         main_of(&other, p)?;
         others.push((p.clone(), other));
     }

@@ -337,8 +337,13 @@ fn read_inputs(
     given: &[(String, PathBuf)],
     mw: &crate::runtime::exec::data::ModuleWeights<'_>,
 ) -> Result<(Vec<Arc<Tensor>>, Vec<String>), Outcome> {
+    // A parameter is named as in the model text, or (for an imported ONNX model) by its ONNX
+    // input name, which the importer maps to an identifier.
+    let names_param = |given: &str, param: &str| {
+        given == param || crate::frontend::onnx::names::to_ident(given) == param
+    };
     for (name, _) in given {
-        if !x.inputs.iter().any(|i| &i.name == name) {
+        if !x.inputs.iter().any(|i| names_param(name, &i.name)) {
             let names: Vec<String> = x.inputs.iter().map(|i| format!("`{}`", i.name)).collect();
             let list = if names.is_empty() {
                 "it has none".to_string()
@@ -354,7 +359,7 @@ fn read_inputs(
     let mut inputs = Vec::with_capacity(x.inputs.len());
     let mut input_sources = Vec::new();
     for (i, p) in x.inputs.iter().enumerate() {
-        let t = match given.iter().find(|(n, _)| *n == p.name) {
+        let t = match given.iter().find(|(n, _)| names_param(n, &p.name)) {
             Some((_, file)) => {
                 let bytes = crate::source::read_bytes(file).map_err(|e| {
                     usage(

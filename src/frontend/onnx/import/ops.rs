@@ -13,6 +13,13 @@ use crate::frontend::onnx::tensor::DType as OnnxDType;
 use crate::ir::{AttrValue, DType, ExprId};
 use crate::ops::Op;
 
+/// The highest rank an axes list, shape or permutation may describe.
+const MAX_RANK: usize = 64;
+/// The largest stride or dilation taken.
+const MAX_STRIDE: i64 = 1 << 16;
+/// The largest padding taken.
+const MAX_PAD: i64 = 1 << 32;
+
 fn int(v: i64) -> AttrValue {
     AttrValue::int(v)
 }
@@ -154,9 +161,23 @@ impl Cx<'_> {
     }
 
     fn axes(&self, axes: &[i64], rank: usize) -> R<Vec<i64>> {
+        if axes.len() > MAX_RANK {
+            return Err(self.unsupported(format_args!("{} axes", axes.len())));
+        }
         axes.iter()
             .map(|&a| self.axis(a, rank).map(|a| a as i64))
             .collect()
+    }
+
+    /// Checks that every value of attribute `what` lies in `lo..=hi`, so that the arithmetic
+    /// on it and on shapes (each extent at most 2^40) cannot overflow.
+    fn within(&self, what: &str, v: &[i64], lo: i64, hi: i64) -> R<()> {
+        match v.iter().find(|&&x| x < lo || x > hi) {
+            Some(x) => {
+                Err(self.unsupported(format_args!("{what} {x} (collage takes {lo} to {hi})")))
+            }
+            None => Ok(()),
+        }
     }
 
     fn binary(&mut self, op: Op) -> R<ExprId> {
@@ -459,6 +480,9 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
             }
             .ok_or_else(|| cx.error(E3016, "`Unsqueeze` needs axes"))?;
             let rank = shape.len() + axes.len();
+            if rank > MAX_RANK {
+                return Err(cx.unsupported(format_args!("a result of rank {rank}")));
+            }
             let mut axes = cx.axes(&axes, rank)?;
             axes.sort_unstable();
             let mut out = Vec::with_capacity(rank);
@@ -488,6 +512,7 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         "Split" => return split(cx, node, opset),
         "Slice" => slice(cx, node, opset)?,
         "Gather" => gather(cx, node)?,
+        "GatherElements" => gather_elements(cx, node)?,
         "Expand" => {
             let x = cx.input(0)?;
             let target = cx
@@ -706,6 +731,10 @@ fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
 /// The concrete shape of a `Reshape`: `0` copies the input's extent (unless `allowzero`), and
 /// one `-1` takes what is left.
 fn reshape_target(cx: &Cx<'_>, shape: &[i64], target: &[i64], allowzero: bool) -> R<Vec<i64>> {
+    if target.len() > MAX_RANK {
+        return Err(cx.unsupported(format_args!("a shape of rank {}", target.len())));
+    }
+    cx.within("an extent", target, -1, 1 << 40)?;
     let total: i64 = shape.iter().product();
     let mut out = Vec::with_capacity(target.len());
     let mut infer = None;
@@ -722,7 +751,10 @@ fn reshape_target(cx: &Cx<'_>, shape: &[i64], target: &[i64], allowzero: bool) -
             _ => return Err(cx.unsupported(format_args!("shape {target:?}"))),
         }
     }
-    let known: i64 = out.iter().product();
+    let known = out
+        .iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| cx.unsupported(format_args!("shape {target:?}")))?;
     if let Some(i) = infer {
         if known == 0 || total % known != 0 {
             return Err(cx.unsupported(format_args!("shape {target:?} for input {shape:?}")));
@@ -832,12 +864,16 @@ fn conv_pads(
     dilations: &[i64],
 ) -> R<Vec<i64>> {
     let n = kernel.len();
+    cx.within("a stride", strides, 1, MAX_STRIDE)?;
+    cx.within("a dilation", dilations, 1, MAX_STRIDE)?;
+    cx.within("a kernel extent", kernel, 1, 1 << 40)?;
     match attr_str(node, "auto_pad", "NOTSET") {
         "NOTSET" => {
             let pads = attr_ints(node, "pads").unwrap_or_else(|| vec![0; 2 * n]);
             if pads.len() != 2 * n {
-                return Err(cx.unsupported(format_args!("pads {pads:?}")));
+                return Err(cx.unsupported(format_args!("{} pads for {n} axes", pads.len())));
             }
+            cx.within("a pad", &pads, 0, MAX_PAD)?;
             Ok(pads)
         }
         "VALID" => Ok(vec![0; 2 * n]),
@@ -920,10 +956,18 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     if strides.len() != n || dilations.len() != n || out_pad.len() != n || sx.len() != n + 2 {
         return Err(cx.unsupported("strides, dilations or input of another rank"));
     }
+    cx.within("a stride", &strides, 1, MAX_STRIDE)?;
+    cx.within("a dilation", &dilations, 1, MAX_STRIDE)?;
+    cx.within("an output padding", &out_pad, 0, MAX_PAD)?;
+    cx.within("a kernel extent", &kernel, 1, 1 << 40)?;
     let groups = attr_int(node, "group", 1);
     let full = |i: usize| (sx[i + 2] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1;
     let pads = if let Some(shape) = attr_ints(node, "output_shape") {
         let shape = &shape[shape.len().saturating_sub(n)..];
+        if shape.len() != n {
+            return Err(cx.unsupported(format_args!("output_shape {shape:?}")));
+        }
+        cx.within("an output extent", shape, 1, 1 << 40)?;
         let mut begin = Vec::new();
         let mut end = Vec::new();
         for i in 0..n {
@@ -947,7 +991,14 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         begin
     } else {
         match attr_str(node, "auto_pad", "NOTSET") {
-            "NOTSET" | "VALID" => attr_ints(node, "pads").unwrap_or_else(|| vec![0; 2 * n]),
+            "NOTSET" | "VALID" => {
+                let pads = attr_ints(node, "pads").unwrap_or_else(|| vec![0; 2 * n]);
+                if pads.len() != 2 * n {
+                    return Err(cx.unsupported(format_args!("{} pads for {n} axes", pads.len())));
+                }
+                cx.within("a pad", &pads, 0, MAX_PAD)?;
+                pads
+            }
             mode => {
                 let mut begin = Vec::new();
                 let mut end = Vec::new();
@@ -1112,8 +1163,8 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
             } else {
                 n
             };
-            if parts <= 0 {
-                return Err(cx.unsupported("no outputs"));
+            if parts <= 0 || parts != n {
+                return Err(cx.unsupported(format_args!("{parts} parts for {n} outputs")));
             }
             let chunk = (extent + parts - 1) / parts;
             (0..parts)
@@ -1121,7 +1172,10 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
                 .collect()
         }
     };
-    if sizes.iter().sum::<i64>() != extent || sizes.iter().any(|&s| s < 0) {
+    if sizes.len() != node.outputs.len()
+        || sizes.iter().any(|&s| !(0..=extent).contains(&s))
+        || sizes.iter().sum::<i64>() != extent
+    {
         return Err(cx.unsupported(format_args!("sizes {sizes:?} for extent {extent}")));
     }
     let mut indices = Vec::new();
@@ -1268,6 +1322,73 @@ fn gather(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     )
 }
 
+/// `GatherElements` written with `take` on the flattened data: the index of element `p` of the
+/// result in the flattened data is `indices[p] * stride(axis)` plus the offset of `p`'s other
+/// coordinates, a constant computed here from the static shapes.
+fn gather_elements(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    let data = cx.input(0)?;
+    let indices = cx.input(1)?;
+    let sd = cx.shape(data)?;
+    let si = cx.shape(indices)?;
+    if sd.len() != si.len() || sd.is_empty() {
+        return Err(cx.unsupported(format_args!("data {sd:?} and indices {si:?}")));
+    }
+    let axis = cx.axis(attr_int(node, "axis", 0), sd.len())?;
+    if si
+        .iter()
+        .zip(&sd)
+        .enumerate()
+        .any(|(i, (a, b))| i != axis && a > b)
+    {
+        return Err(cx.unsupported(format_args!("indices {si:?} larger than data {sd:?}")));
+    }
+    let count: i64 = si.iter().product();
+    if count > 1 << 24 {
+        return Err(cx.unsupported(format_args!("{count} indices")));
+    }
+    let mut strides = vec![1i64; sd.len()];
+    for i in (0..sd.len() - 1).rev() {
+        strides[i] = strides[i + 1] * sd[i + 1];
+    }
+    // The offset of every position of the result, its `axis` coordinate left out.
+    let mut base = Vec::with_capacity(count as usize);
+    let mut coord = vec![0i64; si.len()];
+    for _ in 0..count {
+        base.push(
+            coord
+                .iter()
+                .zip(&strides)
+                .enumerate()
+                .filter(|(i, _)| *i != axis)
+                .map(|(_, (c, s))| c * s)
+                .sum::<i64>(),
+        );
+        for i in (0..si.len()).rev() {
+            coord[i] += 1;
+            if coord[i] < si[i] {
+                break;
+            }
+            coord[i] = 0;
+        }
+    }
+    let idx = cx.cast(indices, DType::I64)?;
+    let zero = cx.scalar(0.0, DType::I64);
+    let neg = cx.call(Op::Less, &[idx, zero], &[])?;
+    let shifted = cx.add_scalar(idx, sd[axis] as f64)?;
+    let idx = cx.call(Op::Where, &[neg, shifted, idx], &[])?;
+    let scaled = cx.scale(idx, strides[axis] as f64)?;
+    let base = cx.i64s(&base);
+    let base = cx.reshape(base, &si)?;
+    let flat_index = cx.call(Op::Add, &[scaled, base], &[])?;
+    let total: i64 = sd.iter().product();
+    let flat = cx.reshape(data, &[total])?;
+    cx.call(
+        Op::Take,
+        &[flat, flat_index],
+        &[("axis", int(0)), ("mode", string("clip"))],
+    )
+}
+
 fn pad(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     let x = cx.input(0)?;
     let shape = cx.shape(x)?;
@@ -1301,9 +1422,7 @@ fn pad(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     for (i, &a) in axes.iter().enumerate() {
         width[a as usize] = vec![pads[i], pads[i + axes.len()]];
     }
-    if width.iter().flatten().any(|&p| p < 0) {
-        return Err(cx.unsupported("negative pads"));
-    }
+    cx.within("a pad", &pads, 0, MAX_PAD)?;
     let mode = match attr_str(node, "mode", "constant") {
         "constant" => "constant",
         "reflect" => "reflect",
@@ -1415,13 +1534,14 @@ fn resize(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     };
     let out: Vec<i64> = match (sizes, scales) {
         (Some(s), _) if s.len() == 4 => s,
-        (_, Some(sc)) if sc.len() == 4 => shape
+        (_, Some(sc)) if sc.len() == 4 && sc.iter().all(|k| k.is_finite() && *k > 0.0) => shape
             .iter()
             .zip(&sc)
-            .map(|(&d, &k)| (d as f64 * k).floor() as i64)
+            .map(|(&d, &k)| (d as f64 * k).floor().min((1u64 << 40) as f64) as i64)
             .collect(),
         _ => return Err(cx.unsupported("neither scales nor sizes for every axis")),
     };
+    cx.within("an output extent", &out, 1, 1 << 40)?;
     if out[0] != shape[0] || out[1] != shape[1] {
         return Err(cx.unsupported("resizing the batch or channel axis"));
     }

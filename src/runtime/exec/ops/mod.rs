@@ -237,11 +237,14 @@ fn kernel(op: Op) -> Option<Instantiate> {
         | Op::BatchFlatten
         | Op::Pad => nn::instantiate,
         Op::BatchNorm | Op::LayerNorm | Op::InstanceNorm => norm::instantiate,
-        Op::Conv1d | Op::Conv2d => conv::instantiate,
+        Op::Conv1d | Op::Conv2d | Op::Conv3d => conv::instantiate,
         Op::Conv2dTranspose => deconv::instantiate,
-        Op::MaxPool2d | Op::AvgPool2d | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-            pool::instantiate
-        }
+        Op::MaxPool2d
+        | Op::AvgPool2d
+        | Op::MaxPool3d
+        | Op::AvgPool3d
+        | Op::GlobalAvgPool2d
+        | Op::GlobalMaxPool2d => pool::instantiate,
         Op::Reshape
         | Op::Transpose
         | Op::ExpandDims
@@ -264,11 +267,8 @@ fn kernel(op: Op) -> Option<Instantiate> {
         | Op::Upsampling3d
         | Op::GroupNorm
         | Op::Dropout
-        | Op::Conv3d
         | Op::Conv3dTranspose
         | Op::Conv2dBackwardWeight
-        | Op::MaxPool3d
-        | Op::AvgPool3d
         | Op::AdaptiveAvgPool2d
         | Op::AdaptiveMaxPool2d
         | Op::Resize1d

@@ -1,0 +1,632 @@
+//! ONNX import end to end: the exported fixtures of `tests/fixtures/onnx/` (made by
+//! `tests/onnx/export.py` and `tests/onnx/make_weights.py`, with ONNX Runtime's outputs) import,
+//! run and match ONNX Runtime; every command takes `.onnx` files; the printed module runs on the
+//! model's own weights; errors name the node.
+
+use crate::support::{collage, collage_in, root};
+use collage::diag::{Code, Diagnostic};
+use collage::frontend::onnx::builder as b;
+use collage::frontend::onnx::import::{import, Imported};
+use collage::frontend::onnx::{load_file, shapes::Bindings};
+use collage::runtime::exec::compare::compare;
+use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::executor::{self, Options};
+use collage::runtime::exec::npy;
+use collage::runtime::exec::tensor::Tensor;
+use collage::source::SourceMap;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One exported fixture: its folder and manifest.
+struct Fixture {
+    dir: PathBuf,
+    manifest: Json,
+}
+
+impl Fixture {
+    fn name(&self) -> String {
+        self.dir.file_name().unwrap().to_string_lossy().into_owned()
+    }
+
+    fn model(&self) -> PathBuf {
+        self.dir.join(self.manifest["file"].as_str().unwrap())
+    }
+
+    /// `(name, shape, npy file)` of each input.
+    fn inputs(&self) -> Vec<(String, Vec<u64>, PathBuf)> {
+        self.manifest["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["name"].as_str().unwrap().to_string(),
+                    i["shape"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| d.as_u64().unwrap())
+                        .collect(),
+                    self.dir.join(i["file"].as_str().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    fn outputs(&self) -> Vec<(String, PathBuf)> {
+        self.manifest["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["name"].as_str().unwrap().to_string(),
+                    self.dir.join(o["file"].as_str().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    /// `--input-shape` texts binding every input to the fixture's shape.
+    fn shape_flags(&self) -> Vec<String> {
+        self.inputs()
+            .iter()
+            .map(|(n, s, _)| {
+                let dims: Vec<String> = s.iter().map(u64::to_string).collect();
+                format!("{n}={}", dims.join("x"))
+            })
+            .collect()
+    }
+}
+
+/// Every fixture that runs (its manifest lists outputs), by name.
+fn fixtures() -> Vec<Fixture> {
+    let out: Vec<Fixture> = all_fixtures()
+        .into_iter()
+        .filter(|f| f.manifest.get("expect").is_none())
+        .collect();
+    assert!(out.len() >= 14, "only {} fixtures", out.len());
+    out
+}
+
+/// Every fixture with a manifest: those that run, and those the loader must refuse
+/// (`"expect": "refused"`).
+fn all_fixtures() -> Vec<Fixture> {
+    let mut out = Vec::new();
+    for dir in [
+        root().join("tests/fixtures/onnx"),
+        root().join("tests/fixtures/onnx/external"),
+    ] {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("manifest.json").is_file())
+            .collect();
+        entries.sort();
+        for d in entries {
+            let manifest: Json =
+                serde_json::from_slice(&std::fs::read(d.join("manifest.json")).unwrap()).unwrap();
+            out.push(Fixture { dir: d, manifest });
+        }
+    }
+    out
+}
+
+fn import_fixture(f: &Fixture) -> Imported {
+    let model = load_file(&f.model()).unwrap_or_else(|d| panic!("{}: {d:?}", f.name()));
+    let flags = f.shape_flags();
+    let bindings = Bindings::parse(flags.iter().map(String::as_str), []).unwrap();
+    let mut sources = SourceMap::new();
+    match import(&model, &bindings, &mut sources) {
+        Ok(i) => i,
+        Err(ds) => panic!(
+            "{}: {}",
+            f.name(),
+            ds.iter()
+                .map(|d| collage::diag::render_plain(d, &sources))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+}
+
+fn read_npy(p: &Path) -> Tensor {
+    npy::read(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// Checks `got` against ONNX Runtime's outputs at the tolerances: rtol 1e-3, atol 1e-4
+/// for floats, exact for integers and booleans.
+fn check_outputs(f: &Fixture, got: &[Tensor], what: &str) {
+    let want = f.outputs();
+    assert_eq!(got.len(), want.len(), "{} ({what}): output count", f.name());
+    for (g, (name, file)) in got.iter().zip(&want) {
+        let w = read_npy(file);
+        let (rtol, atol) = if w.dtype().is_float() {
+            (1e-3, 1e-4)
+        } else {
+            (0.0, 0.0)
+        };
+        let diff = compare(g, &w, rtol, atol)
+            .unwrap_or_else(|e| panic!("{} ({what}) output `{name}`: {e}", f.name()));
+        assert!(
+            diff.within(),
+            "{} ({what}) output `{name}` differs from ONNX Runtime's: {diff:?}",
+            f.name()
+        );
+    }
+}
+
+/// Every fixture imports, and its outputs on the reference interpreter match ONNX Runtime's.
+#[test]
+fn fixtures_match_onnx_runtime_on_the_interpreter() {
+    for f in fixtures() {
+        let imp = import_fixture(&f);
+        let weights = Weights::new(0);
+        let mw = weights.for_module(&imp.module);
+        let x = executor::compile(&imp.module, &mw, &Options::default())
+            .unwrap_or_else(|e| panic!("{}: {e:?}", f.name()));
+        let inputs: Vec<Arc<Tensor>> = f
+            .inputs()
+            .iter()
+            .map(|(_, _, p)| Arc::new(read_npy(p)))
+            .collect();
+        let out = x
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", f.name()));
+        let got: Vec<Tensor> = out
+            .value
+            .flatten()
+            .into_iter()
+            .map(|t| (**t).clone())
+            .collect();
+        check_outputs(&f, &got, "interpreter");
+    }
+}
+
+/// `collage run` on the `.onnx` file: generated code for the native operators; inputs named by
+/// their ONNX names.
+fn cli_run(f: &Fixture, model: &Path, extra: &[String]) -> Vec<Tensor> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = vec!["run".into(), model.display().to_string()];
+    for (n, _, p) in f.inputs() {
+        args.push("--input".into());
+        args.push(format!("{n}={}", p.display()));
+    }
+    args.extend_from_slice(extra);
+    args.push("--output-dir".into());
+    args.push(dir.path().display().to_string());
+    let out = collage(&args);
+    assert!(
+        out.status.success(),
+        "{}: {args:?}\n{}",
+        f.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (0..f.outputs().len())
+        .map(|k| read_npy(&dir.path().join(format!("output{k}.npy"))))
+        .collect()
+}
+
+fn shape_args(f: &Fixture) -> Vec<String> {
+    f.shape_flags()
+        .into_iter()
+        .flat_map(|s| ["--input-shape".to_string(), s])
+        .collect()
+}
+
+/// `collage run model.onnx` (native operators as generated code) matches ONNX Runtime on every
+/// fixture.
+#[test]
+fn run_takes_onnx_files_and_matches_onnx_runtime() {
+    for f in fixtures() {
+        let got = cli_run(&f, &f.model(), &shape_args(&f));
+        check_outputs(&f, &got, "collage run");
+    }
+}
+
+/// The partitioned program (default targets, written with `-o`) carries the weights and, run on
+/// the native and library backends, matches ONNX Runtime; the printed import (`parse`) runs to
+/// the same bits as the `.onnx` file on the reference backend.
+#[test]
+fn partitioned_and_printed_models_run_on_the_models_weights() {
+    let wanted = [
+        "resnet_tiny_bn-opset13",
+        "mobilenet_v3_small_tiny-opset17",
+        "gpt2_tiny-opset13",
+        "bert_tiny-opset17",
+    ];
+    for f in fixtures()
+        .into_iter()
+        .filter(|f| wanted.contains(&f.name().as_str()))
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = dir.path().join("plan.relay");
+        let mut args = vec!["partition".to_string(), f.model().display().to_string()];
+        args.extend(shape_args(&f));
+        args.extend(["-o".to_string(), plan.display().to_string()]);
+        let out = collage(&args);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            f.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = cli_run(&f, &plan, &[]);
+        check_outputs(&f, &got, "partitioned");
+
+        let printed = dir.path().join("printed.relay");
+        let mut args = vec!["parse".to_string(), f.model().display().to_string()];
+        args.extend(shape_args(&f));
+        let out = collage(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(&printed, &out.stdout).unwrap();
+        let reference = ["--backend".to_string(), "reference".to_string()];
+        let a = cli_run(&f, &printed, &reference);
+        let mut with_shapes = shape_args(&f);
+        with_shapes.extend(reference.iter().cloned());
+        let b = cli_run(&f, &f.model(), &with_shapes);
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.bytes(), y.bytes(), "{}: printed model differs", f.name());
+        }
+    }
+}
+
+/// The other model commands take `.onnx` files too.
+#[test]
+fn every_model_command_takes_onnx() {
+    let f = fixtures()
+        .into_iter()
+        .find(|f| f.name() == "resnet_tiny-opset13")
+        .unwrap();
+    let model = f.model().display().to_string();
+    for cmd in [
+        vec!["candidates"],
+        vec!["fuse"],
+        vec!["plan-devices"],
+        vec!["parse", "--json"],
+        vec!["partition", "--format", "json"],
+    ] {
+        let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        args.push(model.clone());
+        args.extend(["--dim".to_string(), "batch=1".to_string()]);
+        let out = collage(&args);
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stdout.is_empty(), "{cmd:?} printed nothing");
+    }
+}
+
+fn codes(ds: &[Diagnostic]) -> Vec<Code> {
+    ds.iter().map(|d| d.code).collect()
+}
+
+fn import_proto(
+    m: &collage::frontend::onnx::proto::ModelProto,
+    bindings: &Bindings,
+) -> Result<Imported, Vec<Diagnostic>> {
+    let bytes = b::encode(m);
+    let model = collage::frontend::onnx::load_bytes(bytes.into(), "m.onnx", None)?;
+    import(&model, bindings, &mut SourceMap::new())
+}
+
+fn none() -> Bindings {
+    Bindings::parse([], []).unwrap()
+}
+
+/// An operator collage does not import is E3022 naming the node, its operator and the opset.
+#[test]
+fn unsupported_operators_name_the_node() {
+    let g = b::graph(
+        vec![b::node("Einsum", &["x", "x"], &["y"], vec![])],
+        vec![b::value("x", b::code::FLOAT, &["2", "2"])],
+        vec![b::value("y", b::code::FLOAT, &["2", "2"])],
+        vec![],
+    );
+    let ds = import_proto(&b::model(13, g), &none()).unwrap_err();
+    assert_eq!(codes(&ds), vec![collage::diag::E3022]);
+    let text = collage::diag::render_plain(&ds[0], &SourceMap::new());
+    for needle in ["Einsum", "node #0", "Einsum_y", "opset 13", "m.onnx"] {
+        assert!(text.contains(needle), "{needle} missing from {text}");
+    }
+}
+
+/// A `Reshape` whose shape depends on the input's values cannot be imported: E3025.
+#[test]
+fn shapes_computed_from_input_values_are_e3025() {
+    let g = b::graph(
+        vec![
+            b::node("Cast", &["s"], &["s64"], vec![b::attr_int("to", 7)]),
+            b::node("Reshape", &["x", "s64"], &["y"], vec![]),
+        ],
+        vec![
+            b::value("x", b::code::FLOAT, &["2", "3"]),
+            b::value("s", b::code::INT32, &["2"]),
+        ],
+        vec![b::value("y", b::code::FLOAT, &["3", "2"])],
+        vec![],
+    );
+    let ds = import_proto(&b::model(13, g), &none()).unwrap_err();
+    assert_eq!(codes(&ds), vec![collage::diag::E3025]);
+}
+
+/// Operator misuse: a type error (E3024), an attribute value collage does not take (E3023),
+/// strides that would overflow arithmetic (E3023); all name the node.
+#[test]
+fn operator_misuse_is_diagnosed() {
+    let mm = b::graph(
+        vec![b::node("MatMul", &["a", "w"], &["y"], vec![])],
+        vec![b::value("a", b::code::FLOAT, &["2", "3"])],
+        vec![b::value("y", b::code::FLOAT, &["2", "4"])],
+        vec![b::f32s("w", &[4, 4], &[0.0; 16])],
+    );
+    let ds = import_proto(&b::model(13, mm), &none()).unwrap_err();
+    assert_eq!(codes(&ds), vec![collage::diag::E3024]);
+    assert!(ds[0].place.as_ref().unwrap().node.is_some());
+
+    let conv = |attrs: Vec<collage::frontend::onnx::proto::AttributeProto>| {
+        b::graph(
+            vec![b::node("Conv", &["x", "w"], &["y"], attrs)],
+            vec![b::value("x", b::code::FLOAT, &["1", "1", "5", "5"])],
+            vec![b::value("y", b::code::FLOAT, &["?", "?", "?", "?"])],
+            vec![b::f32s("w", &[1, 1, 3, 3], &[1.0; 9])],
+        )
+    };
+    for attrs in [
+        vec![b::attr_ints("strides", &[0, 1])],
+        vec![b::attr_ints("strides", &[i64::MAX, 1])],
+        vec![b::attr_ints("pads", &[-1, 0, 0, 0])],
+        vec![b::attr_ints("dilations", &[1 << 40, 1])],
+    ] {
+        let ds = import_proto(&b::model(13, conv(attrs.clone())), &none()).unwrap_err();
+        assert_eq!(codes(&ds), vec![collage::diag::E3023], "{attrs:?}");
+    }
+    // The same convolution with sound attributes imports.
+    import_proto(
+        &b::model(13, conv(vec![b::attr_ints("pads", &[1, 1, 1, 1])])),
+        &none(),
+    )
+    .unwrap();
+}
+
+/// ONNX names that are not identifiers: the parameter gets the reversible identifier, and
+/// `--input` takes the ONNX name.
+#[test]
+fn onnx_input_names_work_with_input() {
+    let g = b::graph(
+        vec![b::node("Relu", &["onnx::in.1"], &["/out:0"], vec![])],
+        vec![b::value("onnx::in.1", b::code::FLOAT, &["2"])],
+        vec![b::value("/out:0", b::code::FLOAT, &["2"])],
+        vec![],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.onnx"), b::encode(&b::model(13, g))).unwrap();
+    let x = Tensor::from_slice(collage::ir::DType::F32, &[2], &[-1.0f32, 2.0]).unwrap();
+    std::fs::write(dir.path().join("x.npy"), npy::write(&x).unwrap()).unwrap();
+    let out = collage_in(
+        dir.path(),
+        [
+            "run",
+            "m.onnx",
+            "--input",
+            "onnx::in.1=x.npy",
+            "--output-dir",
+            ".",
+            "--backend",
+            "reference",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let y = read_npy(&dir.path().join("output0.npy"));
+    assert_eq!(
+        y.bytes(),
+        Tensor::from_slice(collage::ir::DType::F32, &[2], &[0.0f32, 2.0])
+            .unwrap()
+            .bytes()
+    );
+    let out = collage_in(dir.path(), ["parse", "m.onnx"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ident = collage::frontend::onnx::names::to_ident("onnx::in.1");
+    assert!(text.contains(&format!("%{ident}")), "{text}");
+    assert_eq!(
+        collage::frontend::onnx::names::from_ident(&ident).as_deref(),
+        Some("onnx::in.1")
+    );
+}
+
+/// The model flags: the format forced for a file without the extension; `--input-shape` on a
+/// Relay model is E0905; unbound dimensions on the command line are E3020 naming the flags.
+#[test]
+fn model_flags() {
+    let f = fixtures()
+        .into_iter()
+        .find(|f| f.name() == "resnet_tiny-opset13")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("model.bin");
+    std::fs::copy(f.model(), &copy).unwrap();
+    let out = collage_in(
+        dir.path(),
+        [
+            "parse",
+            "model.bin",
+            "--model-format",
+            "onnx",
+            "--dim",
+            "batch=1",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = collage_in(dir.path(), ["parse", "model.bin"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = collage(["parse", "tests/models/mnist.relay", "--dim", "batch=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("E0905"));
+    let out = collage(["parse", f.model().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in ["E3020", "--input-shape", "--dim", "batch"] {
+        assert!(err.contains(needle), "{needle} missing from {err}");
+    }
+}
+
+/// Reports name ONNX nodes: the table's range column gives node positions, the JSON report
+/// gives each operator's node (position, name, operator), and `--explain` takes an ONNX value
+/// name and names the node.
+#[test]
+fn reports_name_onnx_nodes() {
+    let f = fixtures()
+        .into_iter()
+        .find(|f| f.name() == "gpt2_tiny-opset13")
+        .unwrap();
+    let model = f.model().display().to_string();
+    let base = ["--dim", "batch=1", "--dim", "sequence=8"];
+    let value = "/model/transformer/h.0/attn/Add_output_0";
+    let mut args = vec!["partition", &model, "--format", "json", "--explain", value];
+    args.extend(base);
+    let out = collage(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let parts = v["functions"][0]["partitions"].as_array().unwrap();
+    let named: Vec<&Json> = parts
+        .iter()
+        .flat_map(|p| p["nodes"].as_array().unwrap())
+        .filter_map(|n| n.get("onnx_node"))
+        .collect();
+    assert!(named.len() > 20, "{named:?}");
+    assert!(named
+        .iter()
+        .any(|n| n["op_type"] == "MatMul" && n["name"].as_str().unwrap().contains("attn")));
+    assert!(parts.iter().any(|p| p["onnx_nodes"].is_array()));
+    let e = &v["explain"][0];
+    assert_eq!(e["onnx_node"]["op_type"], "Add", "{e}");
+    assert_eq!(e["onnx_node"]["name"], "/model/transformer/h.0/attn/Add");
+
+    let mut args = vec!["partition", &model, "--explain", value];
+    args.extend(base);
+    let out = collage(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ONNX node #"), "{text}");
+    assert!(text.contains("  nodes  "), "{text}");
+}
+
+/// Bad files on the command line: each refused external-data fixture, garbage and truncated
+/// bytes are a coded E30xx diagnostic naming the file, exit code 1, never a panic.
+#[test]
+fn bad_files_are_diagnosed_with_exit_code_1() {
+    let refused: Vec<Fixture> = all_fixtures()
+        .into_iter()
+        .filter(|f| f.manifest["expect"] == "refused")
+        .collect();
+    assert!(refused.len() >= 5);
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.onnx");
+    std::fs::write(&garbage, b"\x0a\xff\xff\xff\xff\x0fnot a model").unwrap();
+    let good = std::fs::read(fixtures()[0].model()).unwrap();
+    let truncated = dir.path().join("truncated.onnx");
+    std::fs::write(&truncated, &good[..good.len() / 2]).unwrap();
+    let mut paths: Vec<PathBuf> = refused.iter().map(Fixture::model).collect();
+    paths.extend([garbage, truncated]);
+    for p in paths {
+        for cmd in ["parse", "run"] {
+            let out = collage([cmd, p.to_str().unwrap(), "--dim", "batch=1"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{cmd} {}: {err}", p.display());
+            assert!(err.contains("error[E30"), "{cmd} {}: {err}", p.display());
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(
+                err.contains(&*p.file_name().unwrap().to_string_lossy())
+                    || err.contains("model.onnx")
+            );
+        }
+    }
+}
+
+/// Integers and booleans at run time: token ids through `Gather`, a mask from `Equal` on
+/// integers through `Where`, a `Cast` of a boolean, an integer `ReduceSum`; on the interpreter
+/// and on generated code.
+#[test]
+fn integer_and_boolean_tensors_run() {
+    let g = b::graph(
+        vec![
+            b::node("Gather", &["emb", "ids"], &["h"], vec![]),
+            b::node("Equal", &["ids", "pad"], &["is_pad"], vec![]),
+            b::node("Unsqueeze", &["is_pad", "axis"], &["mask"], vec![]),
+            b::node("Where", &["mask", "zero", "h"], &["y"], vec![]),
+            b::node("Cast", &["is_pad"], &["pads"], vec![b::attr_int("to", 7)]),
+            b::node(
+                "ReduceSum",
+                &["pads"],
+                &["count"],
+                vec![b::attr_int("keepdims", 0)],
+            ),
+        ],
+        vec![b::value("ids", b::code::INT64, &["batch", "3"])],
+        vec![
+            b::value("y", b::code::FLOAT, &["batch", "3", "2"]),
+            b::value("pads", b::code::INT64, &["batch", "3"]),
+            b::value("count", b::code::INT64, &[]),
+        ],
+        vec![
+            b::f32s("emb", &[4, 2], &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]),
+            b::i64s("pad", &[], &[0]),
+            b::i64s("axis", &[1], &[2]),
+            b::f32s("zero", &[], &[-1.0]),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.onnx"), b::encode(&b::model(13, g))).unwrap();
+    let ids =
+        Tensor::from_slice(collage::ir::DType::I64, &[2, 3], &[1i64, 0, 3, -1, 2, 0]).unwrap();
+    std::fs::write(dir.path().join("ids.npy"), npy::write(&ids).unwrap()).unwrap();
+    for backend in ["reference", "auto"] {
+        let out = collage_in(
+            dir.path(),
+            [
+                "run",
+                "m.onnx",
+                "--input",
+                "ids=ids.npy",
+                "--output-dir",
+                ".",
+                "--backend",
+                backend,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let y = read_npy(&dir.path().join("output0.npy"));
+        let want: [f32; 12] = [
+            1.0, 1.5, -1.0, -1.0, 3.0, 3.5, 3.0, 3.5, 2.0, 2.5, -1.0, -1.0,
+        ];
+        let want = Tensor::from_slice(collage::ir::DType::F32, &[2, 3, 2], &want).unwrap();
+        assert_eq!(y.bytes(), want.bytes(), "{backend}");
+        let pads = read_npy(&dir.path().join("output1.npy"));
+        let want = Tensor::from_slice(collage::ir::DType::I64, &[2, 3], &[0i64, 1, 0, 0, 0, 1]);
+        assert_eq!(pads.bytes(), want.unwrap().bytes(), "{backend}");
+        let count = read_npy(&dir.path().join("output2.npy"));
+        assert_eq!(count.bytes(), 2i64.to_le_bytes(), "{backend}");
+    }
+}

@@ -1232,6 +1232,8 @@ fn slice(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     let mut begin: Vec<i64> = vec![0; rank];
     let mut end: Vec<i64> = shape.clone();
     let mut stride: Vec<i64> = vec![1; rank];
+    let mut out_shape = shape.clone();
+    let mut empty = shape.contains(&0);
     for i in 0..starts.len() {
         let a = axes[i] as usize;
         let dim = shape[a];
@@ -1252,14 +1254,34 @@ fn slice(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
                 clampi(norm(ends[i]), -1, dim - 1),
             )
         };
-        if step < 0 && e < 0 {
-            // Slices running down to the first element: collage's slice bounds have no
-            // "before the start" value, so reverse and slice forwards instead.
-            return Err(cx.unsupported("a negative step that reaches the first element"));
+        // A negative step running down past the first element ends "before the start":
+        // collage's slice reads an end of -(dim + 1) so (it counts from the end, then clamps).
+        let e = if step < 0 && e < 0 { -(dim + 1) } else { e };
+        let count = if step > 0 {
+            (e - s + step - 1).max(0) / step
+        } else {
+            (s - e.max(-1) + (-step) - 1).max(0) / (-step)
+        };
+        if count == 0 {
+            empty = true;
         }
+        out_shape[a] = count;
         begin[a] = s;
         end[a] = e;
         stride[a] = step;
+    }
+    if empty {
+        // ONNX slices whose bounds cross are empty; collage's slice refuses crossed bounds,
+        // so the (empty) result is a constant.
+        let d = cx.dtype_of_expr(x)?;
+        return cx.call(
+            Op::Zeros,
+            &[],
+            &[
+                ("shape", ints(&out_shape)),
+                ("dtype", string(&d.to_string())),
+            ],
+        );
     }
     if begin.iter().all(|&b| b == 0) && end == shape && stride.iter().all(|&s| s == 1) {
         return Ok(x);
@@ -1534,11 +1556,24 @@ fn resize(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     };
     let out: Vec<i64> = match (sizes, scales) {
         (Some(s), _) if s.len() == 4 => s,
-        (_, Some(sc)) if sc.len() == 4 && sc.iter().all(|k| k.is_finite() && *k > 0.0) => shape
-            .iter()
-            .zip(&sc)
-            .map(|(&d, &k)| (d as f64 * k).floor().min((1u64 << 40) as f64) as i64)
-            .collect(),
+        (_, Some(sc)) if sc.len() == 4 && sc.iter().all(|k| k.is_finite() && *k > 0.0) => {
+            // collage's resize takes an output size and maps coordinates by output / input, which
+            // is the given scale only when input × scale is a whole number.
+            if let Some((d, k)) = shape
+                .iter()
+                .zip(&sc)
+                .find(|(&d, &k)| (d as f64 * k).fract() != 0.0)
+            {
+                return Err(cx.unsupported(format_args!(
+                    "scale {k} on an extent of {d} (not a whole output size)"
+                )));
+            }
+            shape
+                .iter()
+                .zip(&sc)
+                .map(|(&d, &k)| (d as f64 * k).min((1u64 << 40) as f64) as i64)
+                .collect()
+        }
         _ => return Err(cx.unsupported("neither scales nor sizes for every axis")),
     };
     cx.within("an output extent", &out, 1, 1 << 40)?;
@@ -1561,7 +1596,20 @@ fn resize(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     if coord == "tf_crop_and_resize" {
         return Err(cx.unsupported("coordinate_transformation_mode \"tf_crop_and_resize\""));
     }
-    let rounding = if method == "nearest_neighbor" {
+    let old = node.op_type == "Upsample" || opset < 11;
+    let rounding = if method == "nearest_neighbor" && old {
+        // Before opset 11 the nearest pixel is the floor of the source coordinate when
+        // enlarging and its ceiling when shrinking.
+        if out[2] >= shape[2] && out[3] >= shape[3] {
+            "floor"
+        } else if out[2] <= shape[2] && out[3] <= shape[3] {
+            "ceil"
+        } else {
+            return Err(cx.unsupported(
+                "nearest resizing that enlarges one axis and shrinks the other before opset 11",
+            ));
+        }
+    } else if method == "nearest_neighbor" {
         match attr_str(node, "nearest_mode", "round_prefer_floor") {
             "round_prefer_floor" => "round_prefer_floor",
             "round_prefer_ceil" => "round_prefer_ceil",

@@ -25,6 +25,63 @@ impl FrontEnd {
     pub fn of(_path: &Path) -> FrontEnd {
         FrontEnd::Relay
     }
+
+    /// The front end that reads a model given as bytes, named `name`. Every model is read as
+    /// Relay text for now.
+    pub fn of_bytes(_bytes: &[u8], name: &str) -> FrontEnd {
+        FrontEnd::of(Path::new(name))
+    }
+}
+
+/// Where a model comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A file.
+    File(&'a Path),
+    /// Bytes in memory (the Python API loads models from `bytes`).
+    Bytes {
+        /// The model.
+        bytes: &'a [u8],
+        /// How diagnostics name it.
+        name: &'a str,
+        /// The folder that files the model refers to (ONNX external data) are relative to.
+        base_dir: Option<&'a Path>,
+    },
+}
+
+impl Origin<'_> {
+    /// How diagnostics name the model.
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Origin::File(p) => p.display().to_string().into(),
+            Origin::Bytes { name, .. } => (*name).into(),
+        }
+    }
+
+    /// The model's path, or its name as a path for a model in memory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Origin::File(p) => p,
+            Origin::Bytes { name, .. } => Path::new(name),
+        }
+    }
+}
+
+/// Options of loading that only some front ends use: sizes for the dimensions of a model's
+/// inputs that the model leaves unknown (`--input-shape NAME=1x3x224x224`, `--dim SYMBOL=N`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Whole shapes of inputs, by input name.
+    pub input_shapes: Vec<(String, Vec<u64>)>,
+    /// Sizes of named dimensions.
+    pub dims: Vec<(String, u64)>,
+}
+
+impl Options {
+    /// Whether no option is set.
+    pub fn is_empty(&self) -> bool {
+        self.input_shapes.is_empty() && self.dims.is_empty()
+    }
 }
 
 /// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
@@ -44,11 +101,61 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outco
     }
 }
 
+/// Adds a model's text held in memory to the source map, as [`read_source`] adds a file's: a
+/// located E0101 at the first byte that is not UTF-8, E0901 beyond the input limit.
+pub fn add_source(sources: &mut SourceMap, name: &str, bytes: &[u8]) -> Result<FileId, Outcome> {
+    let limit = crate::source::max_input_bytes();
+    if bytes.len() as u64 > limit {
+        return Err(usage_error(
+            E0901,
+            format!("cannot read `{name}`: it is larger than the input limit of {limit} bytes"),
+        ));
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(sources.add(name.to_string(), text.to_string())),
+        Err(e) => {
+            let at = e.valid_up_to();
+            let mut text = String::from_utf8_lossy(bytes).into_owned();
+            text.truncate(text.floor_char_boundary(at + 3));
+            let d = diag::not_utf8(sources, Path::new(name), text, at, crate::diag::E0101);
+            diag::emit_stderr(&d.into(), sources);
+            Err(Outcome::InputErrors)
+        }
+    }
+}
+
 /// Loads a model file through its front end: parsed and type-checked.
 pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
-    match FrontEnd::of(path) {
+    model_from(sources, Origin::File(path), &Options::default())
+}
+
+/// Loads a model from a file or from memory through its front end, with the options of loading:
+/// parsed and type-checked. Relay models have no unknown dimensions: options for them are E3900.
+pub fn model_from(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    opts: &Options,
+) -> Result<Module, Outcome> {
+    let front_end = match origin {
+        Origin::File(path) => FrontEnd::of(path),
+        Origin::Bytes { bytes, name, .. } => FrontEnd::of_bytes(bytes, name),
+    };
+    match front_end {
         FrontEnd::Relay => {
-            let file = read_source(sources, path)?;
+            if !opts.is_empty() {
+                return Err(usage_error(
+                    diag::E3900,
+                    format!(
+                        "`{}` is a Relay model: its inputs have fixed shapes, so input shapes and \
+                         dimension sizes do not apply",
+                        origin.name()
+                    ),
+                ));
+            }
+            let file = match origin {
+                Origin::File(path) => read_source(sources, path)?,
+                Origin::Bytes { bytes, name, .. } => add_source(sources, name, bytes)?,
+            };
             crate::frontend::relay::load(sources, file).map_err(|diags| {
                 report(&diags, sources);
                 Outcome::InputErrors
@@ -104,6 +211,11 @@ pub struct Planned {
 /// planned device of every expression comes along.
 pub fn planned(sources: &mut SourceMap, path: &Path) -> Result<Planned, Outcome> {
     let m = model(sources, path)?;
+    plan(sources, m, path)
+}
+
+/// Plans a loaded model as [`planned`] does (`path` names it in diagnostics).
+pub fn plan(sources: &SourceMap, m: Module, path: &Path) -> Result<Planned, Outcome> {
     main_of(&m, path)?;
     if !crate::analysis::devices::has_annotations(&m) {
         return Ok(Planned {

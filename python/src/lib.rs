@@ -40,6 +40,8 @@ struct Loaded {
     name: String,
     /// The file it was read from.
     path: Option<PathBuf>,
+    /// How it was read.
+    options: load::ModelOptions,
 }
 
 /// A model: what `collage.load` returns.
@@ -147,11 +149,19 @@ fn size_of(v: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     })
 }
 
+/// The loading options of `load` and `bench`: `input_shapes` and `dims` as the command line's
+/// `--input-shape NAME=1x3x224x224` and `--dim SYMBOL=N` texts, `format` `"relay"` or `"onnx"`.
 fn load_options(
     input_shapes: Option<&Bound<'_, PyDict>>,
     dims: Option<&Bound<'_, PyDict>>,
-) -> PyResult<load::Options> {
-    let mut opts = load::Options::default();
+    format: Option<&str>,
+) -> PyResult<load::ModelOptions> {
+    let mut opts = load::ModelOptions::default();
+    if let Some(f) = format {
+        opts.format = Some(load::FrontEnd::parse(f).ok_or_else(|| {
+            PyValueError::new_err(format!("format must be \"relay\" or \"onnx\", not {f:?}"))
+        })?);
+    }
     if let Some(d) = input_shapes {
         for (k, v) in d.iter() {
             let name: String = k.extract().map_err(|_| {
@@ -174,7 +184,8 @@ fn load_options(
                 .iter()
                 .map(|x| size_of(x, &format!("a size in input_shapes[{name:?}]")))
                 .collect::<PyResult<Vec<u64>>>()?;
-            opts.input_shapes.push((name, shape));
+            let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+            opts.input_shapes.push(format!("{name}={}", dims.join("x")));
         }
     }
     if let Some(d) = dims {
@@ -183,7 +194,7 @@ fn load_options(
                 PyTypeError::new_err("dims: the keys must be dimension names (str)")
             })?;
             let n = size_of(&v, &format!("dims[{name:?}]"))?;
-            opts.dims.push((name, n));
+            opts.dims.push(format!("{name}={n}"));
         }
     }
     Ok(opts)
@@ -196,7 +207,7 @@ fn load_options(
 /// in diagnostics.
 #[pyfunction]
 #[pyo3(name = "load")]
-#[pyo3(signature = (source, input_shapes=None, dims=None, base_dir=None, name=None))]
+#[pyo3(signature = (source, input_shapes=None, dims=None, base_dir=None, name=None, *, format=None))]
 fn py_load(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
@@ -204,8 +215,9 @@ fn py_load(
     dims: Option<&Bound<'_, PyDict>>,
     base_dir: Option<PathBuf>,
     name: Option<String>,
+    format: Option<&str>,
 ) -> PyResult<Model> {
-    let opts = load_options(input_shapes, dims)?;
+    let opts = load_options(input_shapes, dims, format)?;
     let bytes: Option<Vec<u8>> = if let Ok(b) = source.cast::<PyBytes>() {
         Some(b.as_bytes().to_vec())
     } else if let Ok(b) = source.cast::<PyByteArray>() {
@@ -230,6 +242,7 @@ fn py_load(
                     sources,
                     name: name.clone(),
                     path: None,
+                    options: opts.clone(),
                 })
             })?
         }
@@ -257,6 +270,7 @@ fn py_load(
                     sources,
                     name: path.display().to_string(),
                     path: Some(path.clone()),
+                    options: opts.clone(),
                 })
             })?
         }
@@ -404,6 +418,7 @@ fn py_partition(
         let name = PathBuf::from(&loaded.name);
         let inputs = Inputs {
             model: &name,
+            model_options: &loaded.options,
             rules: &rules,
             targets: Targets::Named(&targets),
             costs: &spec,
@@ -472,12 +487,17 @@ fn compiled_source(py: Python<'_>, what: &Bound<'_, PyAny>) -> PyResult<Arc<Load
             name: &name,
             base_dir: None,
         };
-        let module = load::model_from(&mut sources, origin, &load::Options::default())?;
+        let options = load::ModelOptions {
+            format: Some(load::FrontEnd::Relay),
+            ..load::ModelOptions::default()
+        };
+        let module = load::model_from(&mut sources, origin, &options)?;
         Ok(Loaded {
             module,
             sources,
             name,
             path: None,
+            options,
         })
     })?;
     Ok(Arc::new(loaded))
@@ -627,7 +647,7 @@ impl Session {
             return Err(raise(
                 py,
                 Diagnostic::error(
-                    diag::E3901,
+                    diag::E3900,
                     format!("no value for input {}", missing.join(", ")),
                 )
                 .with_note("run() takes one array per input of the model (Session.inputs)"),
@@ -681,7 +701,7 @@ impl Session {
                     return Err(raise(
                         py,
                         Diagnostic::error(
-                            diag::E3902,
+                            diag::E3901,
                             format!("an output is of type `{ty}`, which NumPy has no type for"),
                         ),
                     ))
@@ -733,7 +753,8 @@ impl Session {
 #[pyo3(name = "bench")]
 #[pyo3(signature = (
     model, targets=None, rules=Vec::new(), costs="measure", *, threads=None, seed=0,
-    cache_dir=None, measure_budget=None, run_budget=None, rtol=None, atol=None, cost_timeout=60.0
+    cache_dir=None, measure_budget=None, run_budget=None, rtol=None, atol=None, cost_timeout=60.0,
+    input_shapes=None, dims=None, format=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn py_bench<'py>(
@@ -750,17 +771,31 @@ fn py_bench<'py>(
     rtol: Option<f64>,
     atol: Option<f64>,
     cost_timeout: f64,
+    input_shapes: Option<&Bound<'py, PyDict>>,
+    dims: Option<&Bound<'py, PyDict>>,
+    format: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let path: PathBuf = if let Ok(m) = model.cast::<Model>() {
-        m.get().inner.path.clone().ok_or_else(|| {
+    let given = load_options(input_shapes, dims, format)?;
+    let (path, model_options): (PathBuf, load::ModelOptions) = if let Ok(m) = model.cast::<Model>()
+    {
+        let inner = &m.get().inner;
+        if given != load::ModelOptions::default() {
+            return Err(PyValueError::new_err(
+                "bench() reads a collage.Model as it was loaded: give input_shapes, dims and \
+                     format to load(), or a path to bench()",
+            ));
+        }
+        let path = inner.path.clone().ok_or_else(|| {
             PyValueError::new_err(
                 "bench() needs a model read from a file; this one was loaded from bytes",
             )
-        })?
+        })?;
+        (path, inner.options.clone())
     } else {
-        model.extract().map_err(|_| {
+        let path = model.extract().map_err(|_| {
             PyTypeError::new_err("bench() takes a collage.Model or a path (str or os.PathLike)")
-        })?
+        })?;
+        (path, given)
     };
     for (what, v) in [("rtol", rtol), ("atol", atol)] {
         if v.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
@@ -771,6 +806,7 @@ fn py_bench<'py>(
     }
     let req = collage::driver::bench::Request {
         model: path,
+        model_options,
         rules,
         targets: targets.unwrap_or_default(),
         costs: costs_of(costs)?,

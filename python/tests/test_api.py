@@ -132,10 +132,10 @@ def test_wrong_arguments_raise_type_and_value_errors(models):
         collage.compile("mnist.relay")
 
 
-def test_shapes_for_a_relay_model_raise_E3900(models):
+def test_shapes_for_a_relay_model_raise_E0905(models):
     with pytest.raises(collage.CollageError) as e:
         collage.load(models / "mnist.relay", input_shapes={"x": (1, 1, 28, 28)})
-    assert e.value.code == "E3900"
+    assert e.value.code == "E0905"
 
 
 def test_an_unknown_target_raises_E0956(models):
@@ -251,10 +251,10 @@ def test_unknown_input_name_raises_E2305(mnist_session):
     assert e.value.code == "E2305" and "`y`" in e.value.message
 
 
-def test_missing_input_raises_E3901(mnist_session):
+def test_missing_input_raises_E3900(mnist_session):
     with pytest.raises(collage.CollageError) as e:
         mnist_session.run({})
-    assert e.value.code == "E3901" and "`x`" in e.value.message
+    assert e.value.code == "E3900" and "`x`" in e.value.message
 
 
 def test_feeds_of_the_wrong_kind_raise_type_errors(mnist_session):

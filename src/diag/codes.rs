@@ -131,6 +131,8 @@ codes! {
     E0903 = "E0903", "output path collides";
     /// A module without `def @main`, given to a command that works on `@main`.
     E0904 = "E0904", "no @main function";
+    /// A model flag that does not apply to the model's format (`--input-shape` on Relay text).
+    E0905 = "E0905", "flag does not apply to this model";
 
     /// `--repeat` or `--warmup` outside its range.
     E0950 = "E0950", "run count out of range";
@@ -344,6 +346,14 @@ codes! {
     /// A shape computation on known values that has no result (an index out of range, a
     /// division by zero, a reshape of the wrong size, ...).
     E3021 = "E3021", "cannot fold a shape computation";
+    /// An operator collage does not import (or a graph without outputs).
+    E3022 = "E3022", "unsupported onnx operator";
+    /// An operator used with an attribute value or input collage cannot express.
+    E3023 = "E3023", "unsupported operator usage";
+    /// An operator whose inputs do not have the types it needs.
+    E3024 = "E3024", "onnx operator does not type";
+    /// An input that must be known when the model is imported depends on the inputs' values.
+    E3025 = "E3025", "value not known at import time";
     /// Nodes listed out of topological order; they are sorted (a warning).
     W3051 = "W3051", "nodes not in topological order";
     /// An IR version newer than collage knows; the model is read as the newest known (a warning).
@@ -353,13 +363,10 @@ codes! {
     /// A shape computation whose result would exceed the folding limit is left unfolded (a
     /// warning).
     W3054 = "W3054", "shape computation left unfolded";
-    /// Input shapes or dimension sizes given for a model whose inputs have fixed shapes (a
-    /// Relay model).
-    E3900 = "E3900", "load options do not apply";
     /// `Session.run` without a value for one of the model's inputs.
-    E3901 = "E3901", "missing input";
+    E3900 = "E3900", "missing input";
     /// An output whose element type NumPy has no type for (`bfloat16`).
-    E3902 = "E3902", "output type without a numpy dtype";
+    E3901 = "E3901", "output type without a numpy dtype";
 }
 
 #[cfg(test)]

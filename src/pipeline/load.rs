@@ -18,18 +18,48 @@ use std::path::{Path, PathBuf};
 pub enum FrontEnd {
     /// TVM's Relay text format ([`crate::frontend::relay`]).
     Relay,
+    /// ONNX files ([`crate::frontend::onnx`]).
+    Onnx,
 }
 
 impl FrontEnd {
-    /// The front end that reads `path`. Every model is read as Relay text for now.
-    pub fn of(_path: &Path) -> FrontEnd {
-        FrontEnd::Relay
+    /// The front end that reads `path`: ONNX for a `.onnx` file (any case), Relay text
+    /// otherwise.
+    pub fn of(path: &Path) -> FrontEnd {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("onnx") => FrontEnd::Onnx,
+            _ => FrontEnd::Relay,
+        }
     }
 
-    /// The front end that reads a model given as bytes, named `name`. Every model is read as
-    /// Relay text for now.
-    pub fn of_bytes(_bytes: &[u8], name: &str) -> FrontEnd {
-        FrontEnd::of(Path::new(name))
+    /// The front end named `relay` or `onnx`.
+    pub fn parse(name: &str) -> Option<FrontEnd> {
+        match name {
+            "relay" => Some(FrontEnd::Relay),
+            "onnx" => Some(FrontEnd::Onnx),
+            _ => None,
+        }
+    }
+
+    /// The front end that reads a model given as bytes and named `name`: by the name's
+    /// extension when it is `.onnx` or `.relay`, else by the bytes: Relay text starts with
+    /// text (a `#[version]` line, a comment or a definition), an ONNX model with a protobuf
+    /// field tag, never a printable character followed by more text.
+    pub fn of_bytes(bytes: &[u8], name: &str) -> FrontEnd {
+        match Path::new(name).extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("onnx") => return FrontEnd::Onnx,
+            Some(e) if e.eq_ignore_ascii_case("relay") => return FrontEnd::Relay,
+            _ => {}
+        }
+        let text = bytes.trim_ascii_start();
+        let relay = [&b"#"[..], b"def", b"fn", b"type", b"//", b"/*", b"v0"]
+            .iter()
+            .any(|p| text.starts_with(p));
+        if relay {
+            FrontEnd::Relay
+        } else {
+            FrontEnd::Onnx
+        }
     }
 }
 
@@ -50,14 +80,6 @@ pub enum Origin<'a> {
 }
 
 impl Origin<'_> {
-    /// How diagnostics name the model.
-    pub fn name(&self) -> std::borrow::Cow<'_, str> {
-        match self {
-            Origin::File(p) => p.display().to_string().into(),
-            Origin::Bytes { name, .. } => (*name).into(),
-        }
-    }
-
     /// The model's path, or its name as a path for a model in memory.
     pub fn path(&self) -> &Path {
         match self {
@@ -67,21 +89,16 @@ impl Origin<'_> {
     }
 }
 
-/// Options of loading that only some front ends use: sizes for the dimensions of a model's
-/// inputs that the model leaves unknown (`--input-shape NAME=1x3x224x224`, `--dim SYMBOL=N`).
+/// How a model file is read: its format when the extension does not say it, and the sizes of
+/// the unknown dimensions of an ONNX model's inputs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Options {
-    /// Whole shapes of inputs, by input name.
-    pub input_shapes: Vec<(String, Vec<u64>)>,
-    /// Sizes of named dimensions.
-    pub dims: Vec<(String, u64)>,
-}
-
-impl Options {
-    /// Whether no option is set.
-    pub fn is_empty(&self) -> bool {
-        self.input_shapes.is_empty() && self.dims.is_empty()
-    }
+pub struct ModelOptions {
+    /// The front end to use (`None`: chosen by the file's extension).
+    pub format: Option<FrontEnd>,
+    /// `NAME=D1xD2x...` input shapes (`--input-shape`).
+    pub input_shapes: Vec<String>,
+    /// `SYMBOL=N` dimension sizes (`--dim`).
+    pub dims: Vec<String>,
 }
 
 /// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
@@ -124,34 +141,31 @@ pub fn add_source(sources: &mut SourceMap, name: &str, bytes: &[u8]) -> Result<F
     }
 }
 
-/// Loads a model file through its front end: parsed and type-checked.
-pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
-    model_from(sources, Origin::File(path), &Options::default())
+/// Loads a model file through its front end: parsed (or imported) and type-checked.
+pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Result<Module, Outcome> {
+    model_from(sources, Origin::File(path), opts)
 }
 
-/// Loads a model from a file or from memory through its front end, with the options of loading:
-/// parsed and type-checked. Relay models have no unknown dimensions: options for them are E3900.
+/// Loads a model from a file or from memory through its front end, as [`model`] does.
 pub fn model_from(
     sources: &mut SourceMap,
     origin: Origin<'_>,
-    opts: &Options,
+    opts: &ModelOptions,
 ) -> Result<Module, Outcome> {
-    let front_end = match origin {
+    let front = opts.format.unwrap_or_else(|| match origin {
         Origin::File(path) => FrontEnd::of(path),
         Origin::Bytes { bytes, name, .. } => FrontEnd::of_bytes(bytes, name),
-    };
-    match front_end {
+    });
+    if front == FrontEnd::Relay && !(opts.input_shapes.is_empty() && opts.dims.is_empty()) {
+        return Err(usage_error(
+            crate::diag::E0905,
+            "`--input-shape` and `--dim` apply to ONNX models; a Relay model's shapes are \
+             written in its text"
+                .to_string(),
+        ));
+    }
+    match front {
         FrontEnd::Relay => {
-            if !opts.is_empty() {
-                return Err(usage_error(
-                    diag::E3900,
-                    format!(
-                        "`{}` is a Relay model: its inputs have fixed shapes, so input shapes and \
-                         dimension sizes do not apply",
-                        origin.name()
-                    ),
-                ));
-            }
             let file = match origin {
                 Origin::File(path) => read_source(sources, path)?,
                 Origin::Bytes { bytes, name, .. } => add_source(sources, name, bytes)?,
@@ -161,7 +175,59 @@ pub fn model_from(
                 Outcome::InputErrors
             })
         }
+        FrontEnd::Onnx => onnx_from(sources, origin, opts).map(|i| i.module),
     }
+}
+
+/// Imports an ONNX model: decoded, its inputs' shapes bound by `opts`, its operators mapped.
+/// Warnings are printed; errors are printed and turned into the outcome.
+pub fn onnx(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<crate::frontend::onnx::import::Imported, Outcome> {
+    onnx_from(sources, Origin::File(path), opts)
+}
+
+/// Imports an ONNX model from a file or from memory, as [`onnx`] does.
+pub fn onnx_from(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    opts: &ModelOptions,
+) -> Result<crate::frontend::onnx::import::Imported, Outcome> {
+    use crate::frontend::onnx;
+    let fail = |diags: Vec<Diagnostic>, sources: &SourceMap| {
+        let mut all = crate::diag::Diagnostics::new();
+        for d in diags {
+            all.push(d);
+        }
+        report(&all, sources);
+        Outcome::InputErrors
+    };
+    let bindings = onnx::shapes::Bindings::parse(
+        opts.input_shapes.iter().map(String::as_str),
+        opts.dims.iter().map(String::as_str),
+    )
+    .map_err(|d| fail(vec![d], sources))?;
+    let model = match origin {
+        Origin::File(path) => onnx::load_file(path),
+        Origin::Bytes {
+            bytes,
+            name,
+            base_dir,
+        } => onnx::load_bytes(::bytes::Bytes::copy_from_slice(bytes), name, base_dir),
+    }
+    .map_err(|d| fail(d, sources))?;
+    let imported =
+        onnx::import::import(&model, &bindings, sources).map_err(|d| fail(d, sources))?;
+    if !imported.warnings.is_empty() {
+        let mut all = crate::diag::Diagnostics::new();
+        for d in &imported.warnings {
+            all.push(d.clone());
+        }
+        report(&all, sources);
+    }
+    Ok(imported)
 }
 
 /// The `@main` function of a loaded model, or E0904 naming the file and the functions it does
@@ -191,8 +257,12 @@ pub fn main_of(m: &Module, path: &Path) -> Result<FuncId, Outcome> {
 }
 
 /// A model and its `@main`.
-pub fn model_with_main(sources: &mut SourceMap, path: &Path) -> Result<(Module, FuncId), Outcome> {
-    let m = model(sources, path)?;
+pub fn model_with_main(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<(Module, FuncId), Outcome> {
+    let m = model(sources, path, opts)?;
     let main = main_of(&m, path)?;
     Ok((m, main))
 }
@@ -209,8 +279,12 @@ pub struct Planned {
 /// Loads a model for partitioning: models with device annotations are planned first (with
 /// nothing defaulted), and the planned module, with its copies, is what gets partitioned; the
 /// planned device of every expression comes along.
-pub fn planned(sources: &mut SourceMap, path: &Path) -> Result<Planned, Outcome> {
-    let m = model(sources, path)?;
+pub fn planned(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<Planned, Outcome> {
+    let m = model(sources, path, opts)?;
     plan(sources, m, path)
 }
 

@@ -108,6 +108,8 @@ pub enum Targets<'a> {
 pub struct Inputs<'a> {
     /// The model.
     pub model: &'a Path,
+    /// How the model is read.
+    pub model_options: &'a load::ModelOptions,
     /// Rules files or directories (empty: the shipped library).
     pub rules: &'a [PathBuf],
     /// The targets.
@@ -149,7 +151,7 @@ pub fn prepare(
     check_outputs: &dyn Fn(&[PathBuf]) -> Result<(), Outcome>,
 ) -> Result<Prepared, Outcome> {
     prepare_with(sources, inputs, check_outputs, &mut |sources| {
-        load::planned(sources, inputs.model)
+        load::planned(sources, inputs.model, inputs.model_options)
     })
 }
 

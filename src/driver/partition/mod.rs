@@ -20,6 +20,8 @@ use std::time::Instant;
 pub struct Request {
     /// The model.
     pub model: PathBuf,
+    /// How the model is read.
+    pub model_options: crate::pipeline::load::ModelOptions,
     /// Rules files or directories (empty: the shipped library).
     pub rules: Vec<PathBuf>,
     /// Only these targets (the host is always kept).
@@ -69,6 +71,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
     check_outputs(req, &[])?;
     let inputs = Inputs {
         model: &req.model,
+        model_options: &req.model_options,
         rules: &req.rules,
         targets: Targets::Named(&req.targets),
         costs: &req.costs,
@@ -108,7 +111,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
         Format::Json => {
             let explained: Vec<serde_json::Value> = explained
                 .iter()
-                .map(|e| report::explanation_json(program, &plan, e))
+                .map(|e| report::explanation_json(m, &g, &sources, program, &plan, e))
                 .collect();
             let mut v = report_json(m, &g, &sources, program, &plan, elapsed, &explained);
             if let Some(mm) = measurer {
@@ -130,7 +133,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
                 out.push_str(&format!("{}\n", render::summary_line(mm)));
             }
             for e in &explained {
-                let e = report::explanation_text(m, &g, program, &plan, e);
+                let e = report::explanation_text(m, &g, &sources, program, &plan, e);
                 out.push_str(&format!("\n{e}"));
             }
             super::out(&out)

@@ -1,6 +1,7 @@
 """Type stubs of the native module `collage._collage` (re-exported by `collage`)."""
 
 import os
+import pathlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -32,7 +33,7 @@ class Model:
     @property
     def name(self) -> str: ...
     @property
-    def path(self) -> Optional[str]: ...
+    def path(self) -> Optional[pathlib.Path]: ...
     @property
     def inputs(self) -> List[_Io]:
         """`(name, shape, dtype)` of each input, in order."""

@@ -261,6 +261,59 @@ fn canonical_index(index: i64, extent: i64, stride: i64) -> i64 {
     index.clamp(lo, hi)
 }
 
+/// One sliced axis of `strided_slice`: the first index read, the step and the number of elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SliceAxis {
+    /// The first index read (meaningless when `len` is 0).
+    pub start: i64,
+    /// The step between indices read (negative walks backwards).
+    pub stride: i64,
+    /// The number of indices read.
+    pub len: i64,
+}
+
+/// The indices one axis of extent `n` reads under `strided_slice`'s rules: `begin` and `end`
+/// (`None` when not given; in `size_mode`, `end` is a size, negative meaning "to the end")
+/// are counted from the end when negative and clamped like TVM's `CanonicalizeIndex`; a missing
+/// begin is the first element in the direction of `stride` (which must not be 0, and is 1 in
+/// `size_mode`). The type relation and the reference interpreter both use this, so the kernel
+/// reads exactly the elements the inferred shape promises. `Err((begin, end))` (the raw bounds)
+/// when they are in the wrong order for the stride.
+pub fn slice_axis(
+    n: i64,
+    begin: Option<i64>,
+    end: Option<i64>,
+    stride: i64,
+    size_mode: bool,
+) -> Result<SliceAxis, (i64, i64)> {
+    let b_raw = begin.unwrap_or(if stride > 0 { 0 } else { i64::MAX });
+    let e_raw = match end {
+        Some(e) if size_mode => {
+            if e < 0 {
+                i64::MAX
+            } else {
+                b_raw.saturating_add(e)
+            }
+        }
+        Some(e) => e,
+        None if stride < 0 => 0,
+        None => i64::MAX,
+    };
+    let bi = canonical_index(b_raw, n, stride);
+    let ei = canonical_index(e_raw, n, stride);
+    if (stride > 0 && bi > ei) || (stride < 0 && ei > bi) {
+        return Err((b_raw, e_raw));
+    }
+    let span = (i128::from(ei) - i128::from(bi)).unsigned_abs();
+    let step = u128::from(stride.unsigned_abs());
+    // span <= n + 1, so the quotient fits.
+    Ok(SliceAxis {
+        start: bi,
+        stride,
+        len: span.div_ceil(step) as i64,
+    })
+}
+
 /// `strided_slice`: per sliced axis, `begin`/`end` (negative counts from the end, clamped to the
 /// extent) and `strides` (negative walks backwards; missing entries are 1). With `axes`, only
 /// those axes are sliced; without, entries apply to the leading axes. In `slice_mode="size"`,
@@ -333,30 +386,12 @@ fn strided_slice(c: &RelCall<'_>) -> Result<Type, RelError> {
             shape[ax] = Dim::Any;
             continue;
         };
-        let b_raw = b.unwrap_or(if stride > 0 { 0 } else { i64::MAX });
-        let e_raw = match e {
-            Some(e) if size_mode => {
-                if e < 0 {
-                    i64::MAX
-                } else {
-                    b_raw.saturating_add(e)
-                }
-            }
-            Some(e) => e,
-            None if stride < 0 => 0,
-            None => i64::MAX,
-        };
-        let bi = canonical_index(b_raw, n, stride);
-        let ei = canonical_index(e_raw, n, stride);
-        if (stride > 0 && bi > ei) || (stride < 0 && ei > bi) {
-            return Err(RelError::new(format!(
+        let s = slice_axis(n, b, e, stride, size_mode).map_err(|(b_raw, e_raw)| {
+            RelError::new(format!(
                 "`strided_slice` on axis {ax} of `{data}`: begin {b_raw} and end {e_raw} are in the wrong order for stride {stride}"
-            )));
-        }
-        let span = (i128::from(ei) - i128::from(bi)).unsigned_abs();
-        let step = u128::from(stride.unsigned_abs());
-        // span <= n + 1, so the quotient fits.
-        shape[ax] = Dim::Fixed(span.div_ceil(step) as i64);
+            ))
+        })?;
+        shape[ax] = Dim::Fixed(s.len);
     }
     Ok(tensor_type(shape, data.dtype))
 }

@@ -1,5 +1,6 @@
 //! Every operator of the reference interpreter against known values computed with NumPy
-//! (`tests/fixtures/exec/ops/*.json`, made by `tests/fixtures/exec/gen.py`). Each case is a small
+//! (`tests/fixtures/exec/ops/*.json`, made by `tests/fixtures/exec/gen.py`; `resize.json` with
+//! ONNX Runtime by `tests/fixtures/exec/gen_resize.py`). Each case is a small
 //! module whose tensors are all inputs; it is compiled and run like any model, and each output
 //! is checked element by element within the case's tolerance (exactly when it is 0).
 
@@ -20,6 +21,7 @@ const FAMILIES: &[&str] = &[
     "transform",
     "slice",
     "reduce",
+    "resize",
 ];
 
 pub fn cases() -> Vec<(String, Json)> {
@@ -307,6 +309,91 @@ mod props {
                     coord[k] = 0;
                 }
             }
+        }
+    }
+
+    /// The indices Python's `slice(begin, end, step).indices(n)` selects: an independent
+    /// statement of the clamping rules `strided_slice` follows.
+    fn python_slice(n: i64, begin: i64, end: i64, step: i64) -> Vec<i64> {
+        let fix = |v: i64, lo: i64, hi: i64| {
+            let v = if v < 0 { v + n } else { v };
+            v.clamp(lo, hi)
+        };
+        let (b, e) = if step > 0 {
+            (fix(begin, 0, n), fix(end, 0, n))
+        } else {
+            (fix(begin, -1, n - 1), fix(end, -1, n - 1))
+        };
+        let mut out = Vec::new();
+        let mut i = b;
+        while (step > 0 && i < e) || (step < 0 && i > e) {
+            out.push(i);
+            i += step;
+        }
+        out
+    }
+
+    fn slices() -> impl Strategy<Value = (Vec<usize>, Vec<(i64, i64, i64)>)> {
+        prop::collection::vec(0usize..=5, 1..=3).prop_flat_map(|dims| {
+            let r = dims.len();
+            let step = prop_oneof![-3i64..=-1, 1i64..=3];
+            (
+                Just(dims),
+                prop::collection::vec((-8i64..=8, -8i64..=8, step), r),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// `strided_slice` on random bounds and steps selects what Python's slicing selects;
+        /// where the type relation rejects the bounds (wrong order), Python selects nothing.
+        #[test]
+        fn strided_slice_matches_python_slicing((dims, s) in slices()) {
+            let list = |f: &dyn Fn(&(i64, i64, i64)) -> i64| {
+                s.iter().map(|x| f(x).to_string()).collect::<Vec<_>>().join(", ")
+            };
+            let text = format!(
+                "#[version = \"0.0.5\"]\ndef @main(%x: {}) {{\n  strided_slice(%x, begin=[{}], end=[{}], strides=[{}])\n}}\n",
+                ty(&dims, "int32"), list(&|x| x.0), list(&|x| x.1), list(&|x| x.2)
+            );
+            let want: Vec<Vec<i64>> = dims
+                .iter()
+                .zip(&s)
+                .map(|(&n, &(b, e, st))| python_slice(n as i64, b, e, st))
+                .collect();
+            let (_, _, m) = crate::support::load_text("slice.relay", &text);
+            let Ok(m) = m else {
+                prop_assert!(want.iter().any(Vec::is_empty), "rejected {:?} on {:?}", s, dims);
+                return Ok(());
+            };
+            let n: usize = dims.iter().product();
+            let x: Vec<i32> = (0..n as i32).collect();
+            let inputs = vec![Arc::new(Tensor::from_slice(DType::I32, &dims, &x).unwrap())];
+            let w = Weights::new(0);
+            let mw = w.for_module(&m);
+            let ex = executor::compile(&m, &mw, &Options::default()).unwrap();
+            let out = ex.run(&inputs).unwrap();
+            let got = out.value.as_tensor().unwrap().clone();
+            let shape: Vec<usize> = want.iter().map(Vec::len).collect();
+            prop_assert_eq!(got.shape(), shape.as_slice());
+            // The expected elements: every combination of selected indices, row-major.
+            let st = collage::runtime::exec::tensor::strides(&dims);
+            let mut expect = vec![0i64];
+            for (k, idx) in want.iter().enumerate() {
+                let sk = st[k] as i64;
+                expect = expect
+                    .iter()
+                    .flat_map(|&b| idx.iter().map(move |&i| b + i * sk))
+                    .collect();
+            }
+            let got: Vec<i64> = got.as_slice::<i32>().iter().map(|&v| v as i64).collect();
+            prop_assert_eq!(got, expect);
         }
     }
 }

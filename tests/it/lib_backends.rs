@@ -1033,8 +1033,7 @@ fn openblas_dense_and_matmul() {
             &[(a, false), (b, true)],
             &body,
         );
-        // The interpreter has no `nn.matmul`: compare with the same product as a dense layer
-        // (B as [N, K]) after the transposes.
+        // Compared with the product written out here (B as [N, K]) after the transposes.
         let m = load_text_ok("matmul", &text);
         let (got, kernels, warnings) = run_module(&m, vec![blas(2)], 2, None);
         assert!(

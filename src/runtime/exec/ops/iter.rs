@@ -211,6 +211,96 @@ pub fn strided_copy(src: &Tensor, base: usize, strides: &[usize], dst: &mut Tens
     }
 }
 
+fn gather_signed_typed<T: bytemuck::Pod + Send + Sync>(
+    src: &[u8],
+    base: usize,
+    strides: &[isize],
+    dst: &mut [u8],
+    dims: &[usize],
+) {
+    let s: &[T] = bytemuck::cast_slice(src);
+    let d: &mut [T] = bytemuck::cast_slice_mut(dst);
+    let r = dims.len();
+    if d.is_empty() {
+        return;
+    }
+    if r == 0 {
+        d[0] = s[base];
+        return;
+    }
+    let last = dims[r - 1];
+    let inner = strides[r - 1];
+    let rows = d.len() / last;
+    let run = |chunk: &mut [T], first_row: usize| {
+        let mut coord = vec![0usize; r - 1];
+        let mut rest = first_row;
+        for i in (0..r - 1).rev() {
+            coord[i] = rest % dims[i];
+            rest /= dims[i];
+        }
+        let mut off = base as isize
+            + coord
+                .iter()
+                .zip(strides)
+                .map(|(&c, &st)| c as isize * st)
+                .sum::<isize>();
+        for row in chunk.chunks_mut(last) {
+            let mut o = off;
+            for x in row.iter_mut() {
+                *x = s[o as usize];
+                o += inner;
+            }
+            for i in (0..r - 1).rev() {
+                coord[i] += 1;
+                off += strides[i];
+                if coord[i] < dims[i] {
+                    break;
+                }
+                off -= strides[i] * dims[i] as isize;
+                coord[i] = 0;
+            }
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if d.len() < PAR_MIN || threads <= 1 || rows < 2 {
+        run(d, 0);
+    } else {
+        let per = rows.div_ceil(threads * 4).max(1);
+        d.par_chunks_mut(per * last)
+            .enumerate()
+            .for_each(|(i, chunk)| run(chunk, i * per));
+    }
+}
+
+/// Fills `dst` (row-major) with `src[base + Σ coord[k] * strides[k]]` where strides may be
+/// negative (a reversed slice). Every addressed element must lie inside `src`: the caller
+/// derives `base` and `strides` from extents that fit.
+pub fn strided_gather(src: &Tensor, base: usize, strides: &[isize], dst: &mut Tensor) {
+    let dims = dst.shape().to_vec();
+    let es = src.elem_size();
+    let s = src.bytes();
+    let d = dst.bytes_mut();
+    match es {
+        1 => gather_signed_typed::<u8>(s, base, strides, d, &dims),
+        2 => gather_signed_typed::<u16>(s, base, strides, d, &dims),
+        4 => gather_signed_typed::<u32>(s, base, strides, d, &dims),
+        _ => gather_signed_typed::<u64>(s, base, strides, d, &dims),
+    }
+}
+
+/// Fills every element of `dst` with the bytes of one element, `value`.
+pub fn fill_bytes(dst: &mut Tensor, value: &[u8]) {
+    let es = value.len();
+    let d = dst.bytes_mut();
+    if value.iter().all(|&b| b == 0) {
+        d.fill(0);
+        return;
+    }
+    for chunk in d.chunks_exact_mut(es) {
+        chunk.copy_from_slice(value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,5 +334,17 @@ mod tests {
         let mut dst = Tensor::zeros(DType::I64, &[3, 2]).unwrap();
         strided_copy(&src, 0, &[1, 3], &mut dst);
         assert_eq!(dst.as_slice::<i64>(), &[0, 3, 1, 4, 2, 5]);
+    }
+
+    #[test]
+    fn strided_gather_reverses() {
+        let src = Tensor::from_slice(DType::I32, &[2, 3], &[0i32, 1, 2, 3, 4, 5]).unwrap();
+        // Rows reversed, every other column from the last: [[5, 3], [2, 0]].
+        let mut dst = Tensor::zeros(DType::I32, &[2, 2]).unwrap();
+        strided_gather(&src, 5, &[-3, -2], &mut dst);
+        assert_eq!(dst.as_slice::<i32>(), &[5, 3, 2, 0]);
+        let mut one = Tensor::zeros(DType::I32, &[]).unwrap();
+        strided_gather(&src, 4, &[], &mut one);
+        assert_eq!(one.as_slice::<i32>(), &[4]);
     }
 }

@@ -11,19 +11,21 @@
 //!   relations have checked the attributes against them).
 //! * Floating-point operators compute in `float32` (`float16` and `bfloat16` data is widened, and
 //!   the result rounded once when stored); integer arithmetic computes in `int64` and wraps to
-//!   the result's width. `float64` tensors can be moved (reshape, transpose, take, ...) but not
-//!   computed on.
+//!   the result's width. `float64` tensors can be moved (reshape, transpose, take, ...), made
+//!   (`full`, `zeros`, ...), cast and compared by `argmax`/`argmin`, but not computed on.
 //! * Every reduction and dot product sums in a fixed order, so a call gives the same bits
 //!   wherever it runs and however many threads the machine has. Parallel loops only split
 //!   independent output elements.
 
 mod conv;
+mod deconv;
 pub mod gemm;
 mod iter;
 mod nn;
 mod norm;
 mod pool;
 mod reduce;
+mod resize;
 mod slice;
 mod tensor;
 mod transform;
@@ -210,72 +212,67 @@ fn kernel(op: Op) -> Option<Instantiate> {
         | Op::Floor
         | Op::Ceil
         | Op::Round
+        | Op::Sin
+        | Op::Cos
+        | Op::Atan
         | Op::Copy
         | Op::Clip
         | Op::Cast
+        | Op::CastLike
         | Op::Where
+        | Op::Full
+        | Op::Zeros
+        | Op::Ones
+        | Op::ZerosLike
+        | Op::OnesLike
         | Op::Relu => tensor::instantiate,
         Op::Dense
+        | Op::Matmul
         | Op::BatchMatmul
         | Op::LeakyRelu
+        | Op::Prelu
         | Op::BiasAdd
         | Op::Softmax
         | Op::LogSoftmax
+        | Op::BatchFlatten
         | Op::Pad => nn::instantiate,
-        Op::BatchNorm | Op::LayerNorm => norm::instantiate,
-        Op::Conv2d => conv::instantiate,
-        Op::MaxPool2d | Op::AvgPool2d | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-            pool::instantiate
-        }
+        Op::BatchNorm | Op::LayerNorm | Op::InstanceNorm => norm::instantiate,
+        Op::Conv1d | Op::Conv2d | Op::Conv3d => conv::instantiate,
+        Op::Conv2dTranspose => deconv::instantiate,
+        Op::MaxPool2d
+        | Op::AvgPool2d
+        | Op::MaxPool3d
+        | Op::AvgPool3d
+        | Op::GlobalAvgPool2d
+        | Op::GlobalMaxPool2d => pool::instantiate,
         Op::Reshape
         | Op::Transpose
         | Op::ExpandDims
         | Op::Squeeze
         | Op::BroadcastTo
+        | Op::Tile
         | Op::LayoutTransform
         | Op::OnDevice
         | Op::DeviceCopy => transform::instantiate,
-        Op::Concatenate | Op::Split | Op::Take => slice::instantiate,
-        Op::Sum | Op::Max | Op::Min | Op::Mean => reduce::instantiate,
-        Op::Sin
-        | Op::Cos
-        | Op::Atan
-        | Op::FastErf
+        Op::Resize2d => resize::instantiate,
+        Op::Concatenate | Op::Stack | Op::Split | Op::StridedSlice | Op::Take => slice::instantiate,
+        Op::Sum | Op::Max | Op::Min | Op::Mean | Op::Prod | Op::Argmax | Op::Argmin => {
+            reduce::instantiate
+        }
+        Op::FastErf
         | Op::FastExp
         | Op::FastTanh
-        | Op::ZerosLike
-        | Op::OnesLike
-        | Op::CastLike
-        | Op::Full
-        | Op::Zeros
-        | Op::Ones
-        | Op::Matmul
-        | Op::Prelu
         | Op::FastSoftmax
-        | Op::BatchFlatten
         | Op::Upsampling
         | Op::Upsampling3d
-        | Op::InstanceNorm
         | Op::GroupNorm
         | Op::Dropout
-        | Op::Conv1d
-        | Op::Conv3d
-        | Op::Conv2dTranspose
         | Op::Conv3dTranspose
         | Op::Conv2dBackwardWeight
-        | Op::MaxPool3d
-        | Op::AvgPool3d
         | Op::AdaptiveAvgPool2d
         | Op::AdaptiveMaxPool2d
-        | Op::Tile
         | Op::Resize1d
-        | Op::Resize2d
-        | Op::Stack
-        | Op::StridedSlice
-        | Op::Prod
         | Op::Variance
-        | Op::Argmax
-        | Op::Argmin
         | Op::QnnConv2d
         | Op::QnnDense
         | Op::QnnRequantize

@@ -1,5 +1,6 @@
-//! Neural-network operators: `nn.dense`, `nn.batch_matmul`, the softmax family, `nn.pad`,
-//! `nn.bias_add` and `nn.leaky_relu` (`nn.relu` is with the other elementwise operators).
+//! Neural-network operators: `nn.dense`, `nn.matmul`, `nn.batch_matmul`, the softmax family,
+//! `nn.pad`, `nn.bias_add`, `nn.leaky_relu`, `nn.prelu` and `nn.batch_flatten` (`nn.relu` is
+//! with the other elementwise operators).
 
 use super::gemm::{sgemm, sgemm_serial};
 use super::{op, Call, OpImpl, Reason};
@@ -15,6 +16,12 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
         Op::LogSoftmax => softmax(c, true),
         Op::Pad => pad(c),
         Op::BiasAdd => bias_add(c),
+        Op::Prelu => prelu(c),
+        Op::Matmul => matmul(c),
+        Op::BatchFlatten => op(|args, outs| {
+            outs[0].bytes_mut().copy_from_slice(args[0].bytes());
+            Ok(())
+        }),
         Op::LeakyRelu => {
             c.require_float(&[c.arg(0)?.dtype])?;
             let alpha = c.float("alpha")? as f32;
@@ -37,6 +44,75 @@ fn dense(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     op(move |args, outs| {
         let (a, b) = (args[0].f32_view(), args[1].f32_view());
         outs[0].fill_f32(|out| sgemm(m, k, n, &a, k as isize, 1, &b, 1, k as isize, out));
+        Ok(())
+    })
+}
+
+/// `nn.matmul`: `tensor_a [.., M, K]` (`[.., K, M]` with `transpose_a`, then each matrix of
+/// the leading axes is one product) times the 2-d `tensor_b [K, N]` (`[N, K]` with
+/// `transpose_b`).
+fn matmul(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let (a, b, o) = (c.arg(0)?.clone(), c.arg(1)?.clone(), c.out()?.clone());
+    c.require_float(&[a.dtype, b.dtype, o.dtype])?;
+    let ta = c.bool("transpose_a")?;
+    let tb = c.bool("transpose_b")?;
+    let r = a.dims.len();
+    if b.dims.len() != 2 || r < if ta { 2 } else { 1 } {
+        return Err("`nn.matmul` needs a 2-d second operand".into());
+    }
+    let (k, n) = if tb {
+        (b.dims[1], b.dims[0])
+    } else {
+        (b.dims[0], b.dims[1])
+    };
+    let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
+    // Without transpose_a every leading axis is a row; with it, one product per matrix.
+    let (batch, m) = if ta {
+        (a.dims[..r - 2].iter().product::<usize>(), a.dims[r - 1])
+    } else {
+        (1, a.dims[..r - 1].iter().product::<usize>())
+    };
+    let ka = if ta { a.dims[r - 2] } else { a.dims[r - 1] };
+    if ka != k || o.numel() != batch * m * n {
+        return Err(format!(
+            "`nn.matmul` of {:?} and {:?} does not give {:?}",
+            a.dims, b.dims, o.dims
+        ));
+    }
+    let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
+    op(move |args, outs| {
+        let (x, y) = (args[0].f32_view(), args[1].f32_view());
+        outs[0].fill_f32(|out| {
+            if m * n == 0 {
+                return;
+            }
+            for (i, chunk) in out.chunks_mut(m * n).enumerate() {
+                sgemm(m, k, n, &x[i * m * k..], rsa, csa, &y, rsb, csb, chunk);
+            }
+        });
+        Ok(())
+    })
+}
+
+/// `nn.prelu`: `x` where it is positive, else `alpha[channel] * x`, `alpha` along `axis`.
+fn prelu(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let (d, o) = (c.arg(0)?.clone(), c.out()?.clone());
+    c.require_float(&[d.dtype, c.arg(1)?.dtype])?;
+    let axis = c.axis(c.int("axis")?, d.dims.len())?;
+    let sa = strides(&d.dims);
+    let mut sb = vec![0usize; d.dims.len()];
+    sb[axis] = 1;
+    op(move |args, outs| {
+        let (x, alpha) = (args[0].f32_view(), args[1].f32_view());
+        outs[0].fill_f32(|out| {
+            super::iter::map2(&x, &sa, &alpha, &sb, out, &o.dims, |v, a| {
+                if v > 0.0 {
+                    v
+                } else {
+                    a * v
+                }
+            })
+        });
         Ok(())
     })
 }

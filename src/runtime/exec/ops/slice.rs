@@ -1,4 +1,5 @@
-//! Joining, splitting and gathering: `concatenate`, `split` and `take`, for any dtype.
+//! Joining, splitting, slicing and gathering: `concatenate`, `stack`, `split`,
+//! `strided_slice` and `take`, for any dtype.
 
 use super::nn::around;
 use super::{op, Call, OpImpl, Reason};
@@ -9,6 +10,8 @@ use crate::runtime::exec::kernel::RunError;
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
     match c.op.op {
         Op::Concatenate => concatenate(c),
+        Op::Stack => stack(c),
+        Op::StridedSlice => strided_slice(c),
         Op::Split => split(c),
         Op::Take => take(c),
         _ => Err(super::not_implemented(c)),
@@ -33,6 +36,107 @@ fn concatenate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             }
         }
         debug_assert_eq!(at, outer * total);
+        Ok(())
+    })
+}
+
+/// `stack`: like [`concatenate`] along a new axis, each input contributing one
+/// `[inner]` block per outer index.
+fn stack(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let first = c.arg(0)?.clone();
+    let r = first.dims.len();
+    let raw = c.int("axis")?;
+    // The new axis may be at any of the rank + 1 positions.
+    let axis = c.axis(raw, r + 1)?;
+    if c.args.iter().any(|a| a.dims != first.dims) {
+        return Err("`stack` needs tensors of one shape".into());
+    }
+    let es = crate::runtime::exec::tensor::elem_size(first.dtype).unwrap_or(1);
+    let outer: usize = first.dims[..axis].iter().product();
+    let width = first.dims[axis..].iter().product::<usize>() * es;
+    op(move |args, outs| {
+        let out = outs[0].bytes_mut();
+        let mut at = 0;
+        for o in 0..outer {
+            for a in args {
+                out[at..at + width].copy_from_slice(&a.bytes()[o * width..(o + 1) * width]);
+                at += width;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `strided_slice`: each sliced axis reads `len` indices from `start` by `stride` (negative
+/// walks backwards), computed by [`crate::ops::slice_axis`] exactly as the type relation does;
+/// the copy is one strided gather.
+fn strided_slice(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
+    let d = c.arg(0)?.clone();
+    let o = c.out()?.clone();
+    let r = d.dims.len();
+    let need = |name: &str| {
+        c.opt_ints(name)
+            .ok_or_else(|| format!("`strided_slice` needs the attribute `{name}`"))
+    };
+    let begin = need("begin")?;
+    let end = need("end")?;
+    let strides = c.opt_ints("strides").unwrap_or_default();
+    let size_mode = match c.str("slice_mode")? {
+        "end" => false,
+        "size" => true,
+        other => {
+            return Err(format!(
+                "`strided_slice` does not support slice_mode \"{other}\""
+            ))
+        }
+    };
+    let axes: Vec<usize> = match c.opt_ints("axes") {
+        Some(a) => a.iter().map(|&x| c.axis(x, r)).collect::<Result<_, _>>()?,
+        None => (0..r).collect(),
+    };
+    // Per input axis: first index and step (unsliced axes read everything).
+    let mut start = vec![0i64; r];
+    let mut step = vec![1i64; r];
+    let mut len: Vec<i64> = d.dims.iter().map(|&n| n as i64).collect();
+    for (k, &ax) in axes.iter().enumerate() {
+        let stride = if size_mode {
+            1
+        } else {
+            strides.get(k).copied().unwrap_or(1)
+        };
+        if stride == 0 {
+            return Err("`strided_slice` with a stride of 0".into());
+        }
+        let s = crate::ops::slice_axis(
+            d.dims[ax] as i64,
+            begin.get(k).copied(),
+            end.get(k).copied(),
+            stride,
+            size_mode,
+        )
+        .map_err(|(b, e)| {
+            format!("`strided_slice` bounds {b} and {e} on axis {ax} are in the wrong order")
+        })?;
+        (start[ax], step[ax], len[ax]) = (s.start, s.stride, s.len);
+    }
+    if len.iter().map(|&l| l as usize).ne(o.dims.iter().copied()) {
+        return Err(format!(
+            "`strided_slice` reads {len:?} but its type says {:?}",
+            o.dims
+        ));
+    }
+    let st = crate::runtime::exec::tensor::strides(&d.dims);
+    let empty = len.contains(&0);
+    let base: i64 = if empty {
+        0
+    } else {
+        (0..r).map(|k| start[k] * st[k] as i64).sum()
+    };
+    let signed: Vec<isize> = (0..r).map(|k| (step[k] * st[k] as i64) as isize).collect();
+    op(move |args, outs| {
+        if !empty {
+            super::iter::strided_gather(args[0], base as usize, &signed, &mut outs[0]);
+        }
         Ok(())
     })
 }

@@ -1,12 +1,13 @@
 //! Elementwise and broadcasting operators: arithmetic, comparisons, unary math, `nn.relu`,
-//! `clip`, `cast`, `copy` and `where`.
+//! `clip`, `cast`, `cast_like`, `copy` and `where`, and the constant makers `full`, `zeros`,
+//! `ones`, `zeros_like` and `ones_like` (any storable dtype).
 
-use super::iter::{broadcast_strides, map1, map2, map3};
+use super::iter::{broadcast_strides, fill_bytes, map1, map2, map3};
 use super::{op, Call, OpImpl, Reason};
 use crate::ir::DType;
 use crate::ops::Op;
 use crate::runtime::exec::kernel::RunError;
-use crate::runtime::exec::tensor::{is_f32_family, is_i64_family, Shape};
+use crate::runtime::exec::tensor::{is_f32_family, is_i64_family, Shape, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
@@ -22,7 +23,10 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
         | Op::Tanh
         | Op::Floor
         | Op::Ceil
-        | Op::Round => {
+        | Op::Round
+        | Op::Sin
+        | Op::Cos
+        | Op::Atan => {
             c.require_float(&[c.arg(0)?.dtype, out.dtype])?;
             unary_float(c, op)
         }
@@ -47,7 +51,10 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             let hi = c.float("a_max")? as f32;
             unary_f32(move |x: f32| if x.is_nan() { x } else { x.max(lo).min(hi) })
         }
-        Op::Cast => cast(c.arg(0)?.dtype, out.dtype),
+        Op::Cast | Op::CastLike => cast(c.arg(0)?.dtype, out.dtype),
+        Op::Zeros | Op::ZerosLike => constant(out.dtype, 0.0),
+        Op::Ones | Op::OnesLike => constant(out.dtype, 1.0),
+        Op::Full => full(c.arg(0)?.dtype, out.dtype),
         Op::Where => where_(c, out),
         _ => Err(super::not_implemented(c)),
     }
@@ -67,6 +74,9 @@ fn unary_float(c: &Call<'_>, op: Op) -> Result<Box<dyn OpImpl>, Reason> {
         Op::Ceil => unary_f32(f32::ceil),
         // To the nearest integer, halves to even (NumPy's and TVM's `round`).
         Op::Round => unary_f32(f32::round_ties_even),
+        Op::Sin => unary_f32(f32::sin),
+        Op::Cos => unary_f32(f32::cos),
+        Op::Atan => unary_f32(f32::atan),
         _ => Err(super::not_implemented(c)),
     }
 }
@@ -297,6 +307,29 @@ fn cast(from: DType, to: DType) -> Result<Box<dyn OpImpl>, Reason> {
                 o.set_from_i64(i, v as i64);
             }
         }
+        Ok(())
+    })
+}
+
+/// `zeros`, `ones`, `zeros_like`, `ones_like`: every element `value`.
+fn constant(to: DType, value: f64) -> Result<Box<dyn OpImpl>, Reason> {
+    let mut one = Tensor::zeros(to, &[]).map_err(|e| e.0)?;
+    one.set_from_f64(0, value);
+    let bytes = one.bytes().to_vec();
+    op(move |_, outs| {
+        fill_bytes(&mut outs[0], &bytes);
+        Ok(())
+    })
+}
+
+/// `full(fill_value)`: the scalar converted to the result dtype as `cast` converts, then
+/// repeated.
+fn full(from: DType, to: DType) -> Result<Box<dyn OpImpl>, Reason> {
+    let conv = cast(from, to)?;
+    op(move |args, outs| {
+        let mut one = Tensor::zeros(to, &[]).map_err(|e| RunError::new(e.0))?;
+        conv.run(&args[..1], std::slice::from_mut(&mut one))?;
+        fill_bytes(&mut outs[0], one.bytes());
         Ok(())
     })
 }

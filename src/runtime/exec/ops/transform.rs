@@ -1,5 +1,5 @@
-//! Shape transformations: `reshape`, `expand_dims`, `squeeze`, `transpose`, `broadcast_to` and
-//! `layout_transform`, the device annotations `on_device` and `device_copy` (copies: every
+//! Shape transformations: `reshape`, `expand_dims`, `squeeze`, `transpose`, `broadcast_to`,
+//! `tile` and `layout_transform`, the device annotations `on_device` and `device_copy` (copies: every
 //! device is this CPU), and the layout conversion that convolutions and pooling share.
 
 use super::iter::{broadcast_strides, strided_copy};
@@ -51,6 +51,26 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             let st = broadcast_strides(&d.dims, &o.dims);
             op(move |args, outs| {
                 strided_copy(args[0], 0, &st, &mut outs[0]);
+                Ok(())
+            })
+        }
+        Op::Tile => {
+            // The data seen with leading extents of 1 up to the result's rank; each result
+            // coordinate reads the data at the coordinate modulo the data's extent.
+            let r = o.dims.len();
+            let mut dims = vec![1usize; r - d.dims.len().min(r)];
+            dims.extend_from_slice(&d.dims);
+            if dims.len() != r || dims.iter().zip(&o.dims).any(|(&i, &n)| i == 0 && n != 0) {
+                return Err(format!("`tile` of {:?} cannot give {:?}", d.dims, o.dims));
+            }
+            let maps: Vec<Vec<usize>> = dims
+                .iter()
+                .zip(&o.dims)
+                .map(|(&i, &n)| (0..n).map(|j| j % i).collect())
+                .collect();
+            let st = strides(&dims);
+            op(move |args, outs| {
+                super::nn::gather_by_maps(args[0], &mut outs[0], &maps, &st);
                 Ok(())
             })
         }

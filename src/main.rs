@@ -32,8 +32,10 @@ enum Command {
     },
     /// Parse and type-check a model; print canonical RelayScript, or its dataflow graph as JSON.
     Parse {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Print the dataflow graph of `@main` as JSON instead of RelayScript.
         #[arg(long)]
         json: bool,
@@ -45,8 +47,10 @@ enum Command {
     },
     /// List the candidate partitions each target's rules produce for a model.
     Candidates {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Rules files or directories (default: the shipped library).
         #[arg(long, num_args = 1..)]
         rules: Vec<PathBuf>,
@@ -62,8 +66,10 @@ enum Command {
     /// Find the cheapest partitioning of `@main` across the targets, print the partitioned
     /// program (TVM's encoding) and a report with baselines.
     Partition {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Rules files or directories (default: the shipped library).
         #[arg(long, num_args = 1..)]
         rules: Vec<PathBuf>,
@@ -116,8 +122,10 @@ enum Command {
     },
     /// Plan the virtual device of every expression and print the planned module.
     PlanDevices {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Print the minimal representation: devices on parameters, let-bound variables and
         /// function results, plus the copies (the default).
         #[arg(long, conflicts_with = "complete")]
@@ -136,8 +144,10 @@ enum Command {
     },
     /// Partition `@main` with TVM's greedy FuseOps algorithm and print the fused groups.
     Fuse {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Maximum number of nodes in one group (TVM's `relay.FuseOps.max_depth`).
         #[arg(long, value_name = "N", default_value_t = collage::analysis::fuse::DEFAULT_MAX_DEPTH, allow_negative_numbers = true)]
         max_depth: usize,
@@ -149,8 +159,10 @@ enum Command {
     /// native operators as generated code, the oneDNN and OpenBLAS partitions on their libraries,
     /// everything else on the reference interpreter.
     Run {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Seed of the pseudo-random weights and inputs.
         #[arg(long, value_name = "N", default_value_t = collage::runtime::exec::data::DEFAULT_SEED, allow_negative_numbers = true)]
         seed: u64,
@@ -226,8 +238,10 @@ enum Command {
     /// Partition a model with measured costs, then run the Collage plan and every baseline
     /// placement end to end and compare their latencies and outputs.
     Bench {
-        /// The model file (`.relay`).
+        /// The model file (`.relay`, or `.onnx`).
         model: PathBuf,
+        #[command(flatten)]
+        model_flags: ModelFlags,
         /// Rules files or directories (default: the shipped library).
         #[arg(long, num_args = 1..)]
         rules: Vec<PathBuf>,
@@ -476,6 +490,38 @@ fn limits(b: &Bounds) -> collage::planning::enumerate::Limits {
     }
 }
 
+/// How the model file is read (flattened into every command that takes a model).
+#[derive(clap::Args, Debug)]
+struct ModelFlags {
+    /// The model's format, when its extension does not say it: `relay` or `onnx` (a `.onnx`
+    /// file is read as ONNX, anything else as Relay text).
+    #[arg(long, value_name = "FORMAT", value_parser = parse_model_format)]
+    model_format: Option<collage::pipeline::load::FrontEnd>,
+    /// An ONNX input's whole shape, `NAME=D1xD2x...` (for example `x=1x3x224x224`);
+    /// repeatable. Wins over `--dim` on that input.
+    #[arg(long = "input-shape", value_name = "NAME=SHAPE")]
+    input_shapes: Vec<String>,
+    /// The size of every ONNX input dimension named SYMBOL, `SYMBOL=N` (for example
+    /// `batch=1`); repeatable.
+    #[arg(long = "dim", value_name = "SYMBOL=N")]
+    dims: Vec<String>,
+}
+
+impl ModelFlags {
+    fn options(&self) -> collage::pipeline::load::ModelOptions {
+        collage::pipeline::load::ModelOptions {
+            format: self.model_format,
+            input_shapes: self.input_shapes.clone(),
+            dims: self.dims.clone(),
+        }
+    }
+}
+
+fn parse_model_format(text: &str) -> Result<collage::pipeline::load::FrontEnd, String> {
+    collage::pipeline::load::FrontEnd::parse(text)
+        .ok_or_else(|| format!("`{text}` is not a model format (expected `relay` or `onnx`)"))
+}
+
 /// How a command that prints a module prints it (flattened into each such command).
 #[derive(clap::Args, Clone, Copy, Debug)]
 struct ModuleOutput {
@@ -577,22 +623,37 @@ fn run(cli: Cli) -> Outcome {
         Command::Check { paths, print } => driver::check_command(&paths, print),
         Command::Parse {
             model,
+            model_flags,
             json,
             no_type_comments,
             output,
-        } => driver::parse_command(&model, json, output.options(!no_type_comments)),
+        } => driver::parse_command(
+            &model,
+            &model_flags.options(),
+            json,
+            output.options(!no_type_comments),
+        ),
         Command::Candidates {
             model,
+            model_flags,
             rules,
             targets,
             bounds,
             json,
         } => {
             let limits = limits(&bounds);
-            driver::candidates_command(&model, &rules, &targets, limits, json)
+            driver::candidates_command(
+                &model,
+                &model_flags.options(),
+                &rules,
+                &targets,
+                limits,
+                json,
+            )
         }
         Command::PlanDevices {
             model,
+            model_flags,
             minimal: _,
             complete,
             default_device,
@@ -605,15 +666,23 @@ fn run(cli: Cli) -> Outcome {
                 driver::DeviceForm::Minimal
             };
             let opts = output.options(!no_type_comments);
-            driver::plan_devices_command(&model, form, &default_device, opts)
+            driver::plan_devices_command(
+                &model,
+                &model_flags.options(),
+                form,
+                &default_device,
+                opts,
+            )
         }
         Command::Fuse {
             model,
+            model_flags,
             max_depth,
             json,
-        } => driver::fuse_command(&model, max_depth, json),
+        } => driver::fuse_command(&model, &model_flags.options(), max_depth, json),
         Command::Partition {
             model,
+            model_flags,
             rules,
             targets,
             costs,
@@ -638,6 +707,7 @@ fn run(cli: Cli) -> Outcome {
             };
             let req = driver::partition::Request {
                 model,
+                model_options: model_flags.options(),
                 rules,
                 targets,
                 costs,
@@ -659,6 +729,7 @@ fn run(cli: Cli) -> Outcome {
         }
         Command::Bench {
             model,
+            model_flags,
             rules,
             targets,
             costs,
@@ -681,6 +752,7 @@ fn run(cli: Cli) -> Outcome {
             };
             driver::bench::bench_command(&driver::bench::Request {
                 model,
+                model_options: model_flags.options(),
                 rules,
                 targets,
                 costs,
@@ -720,6 +792,7 @@ fn run(cli: Cli) -> Outcome {
         },
         Command::Run {
             model,
+            model_flags,
             seed,
             inputs,
             output_dir,
@@ -737,6 +810,7 @@ fn run(cli: Cli) -> Outcome {
             max_memory,
         } => driver::run::run_command(&driver::run::Request {
             model,
+            model_options: model_flags.options(),
             seed,
             inputs,
             output_dir,

@@ -130,6 +130,8 @@ codes! {
     E0903 = "E0903", "output path collides";
     /// A module without `def @main`, given to a command that works on `@main`.
     E0904 = "E0904", "no @main function";
+    /// A model flag that does not apply to the model's format (`--input-shape` on Relay text).
+    E0905 = "E0905", "flag does not apply to this model";
 
     /// `--repeat` or `--warmup` outside its range.
     E0950 = "E0950", "run count out of range";
@@ -343,6 +345,14 @@ codes! {
     /// A shape computation on known values that has no result (an index out of range, a
     /// division by zero, a reshape of the wrong size, ...).
     E3021 = "E3021", "cannot fold a shape computation";
+    /// An operator collage does not import (or a graph without outputs).
+    E3022 = "E3022", "unsupported onnx operator";
+    /// An operator used with an attribute value or input collage cannot express.
+    E3023 = "E3023", "unsupported operator usage";
+    /// An operator whose inputs do not have the types it needs.
+    E3024 = "E3024", "onnx operator does not type";
+    /// An input that must be known when the model is imported depends on the inputs' values.
+    E3025 = "E3025", "value not known at import time";
     /// Nodes listed out of topological order; they are sorted (a warning).
     W3051 = "W3051", "nodes not in topological order";
     /// An IR version newer than collage knows; the model is read as the newest known (a warning).

@@ -12,18 +12,20 @@ use std::path::{Path, PathBuf};
 /// `collage candidates MODEL [--rules PATH...] [--target NAME...] [--json]`.
 pub fn candidates_command(
     model: &Path,
+    model_options: &crate::pipeline::load::ModelOptions,
     rules: &[PathBuf],
     targets: &[String],
     limits: Limits,
     json: bool,
 ) -> Outcome {
-    match candidates_inner(model, rules, targets, limits, json) {
+    match candidates_inner(model, model_options, rules, targets, limits, json) {
         Ok(o) | Err(o) => o,
     }
 }
 
 fn candidates_inner(
     model: &Path,
+    model_options: &crate::pipeline::load::ModelOptions,
     rules: &[PathBuf],
     targets: &[String],
     limits: Limits,
@@ -32,7 +34,7 @@ fn candidates_inner(
     let mut sources = SourceMap::new();
     let program = pipeline::load::rules(&mut sources, rules)?.program;
     pipeline::check_target_names(&program, targets)?;
-    let (m, main) = pipeline::load::model_with_main(&mut sources, model)?;
+    let (m, main) = pipeline::load::model_with_main(&mut sources, model, model_options)?;
     let g = DataflowGraph::new(&m, main);
     let e = pipeline::enumerate(&sources, &g, &program, &limits)?;
     let keep =

@@ -40,12 +40,13 @@ pub fn parse_device_arg(text: &str) -> Option<VirtualDevice> {
 /// Plans the devices of a model and prints the planned module.
 pub fn plan_devices_command(
     path: &Path,
+    model_options: &crate::pipeline::load::ModelOptions,
     form: DeviceForm,
     default: &VirtualDevice,
     opts: PrintOptions,
 ) -> Outcome {
     let mut sources = SourceMap::new();
-    let m = match load_model(&mut sources, path) {
+    let m = match load_model(&mut sources, path, model_options) {
         Ok(m) => m,
         Err(o) => return o,
     };

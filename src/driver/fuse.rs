@@ -6,9 +6,14 @@ use crate::source::SourceMap;
 use std::path::Path;
 
 /// `collage fuse MODEL [--max-depth N] [--json]`: TVM's greedy FuseOps partition of `@main`.
-pub fn fuse_command(path: &Path, max_depth: usize, json: bool) -> Outcome {
+pub fn fuse_command(
+    path: &Path,
+    model_options: &crate::pipeline::load::ModelOptions,
+    max_depth: usize,
+    json: bool,
+) -> Outcome {
     let mut sources = SourceMap::new();
-    let m = match load_model(&mut sources, path) {
+    let m = match load_model(&mut sources, path, model_options) {
         Ok(m) => m,
         Err(o) => return o,
     };

@@ -11,7 +11,8 @@ use crate::source::SourceMap;
 use std::path::Path;
 
 pub use crate::pipeline::{
-    load::model as load_model, main_of, read_source, report, rules_files, usage_error, Outcome,
+    load::model as load_model, load::ModelOptions, main_of, read_source, report, rules_files,
+    usage_error, Outcome,
 };
 
 /// Writes command output to standard output. A closed pipe (`collage ... | head`) is not an
@@ -59,9 +60,14 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), Outcome> {
 }
 
 /// `collage parse MODEL [--json] [--no-type-comments] [--tvm-compat]`.
-pub fn parse_command(path: &Path, json: bool, opts: relay::print::PrintOptions) -> Outcome {
+pub fn parse_command(
+    path: &Path,
+    model_options: &ModelOptions,
+    json: bool,
+    opts: relay::print::PrintOptions,
+) -> Outcome {
     let mut sources = SourceMap::new();
-    let m = match load_model(&mut sources, path) {
+    let m = match load_model(&mut sources, path, model_options) {
         Ok(m) => m,
         Err(o) => return o,
     };

@@ -233,9 +233,10 @@ pub enum MetaObject {
     Other(String),
 }
 
-/// The data bytes of a metadata constant (row-major, little-endian).
+/// The data bytes of a metadata constant (row-major, little-endian). Shared, and possibly a view
+/// of a memory-mapped model file (the ONNX front end's weights are), so cloning never copies.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ConstData(pub std::sync::Arc<[u8]>);
+pub struct ConstData(pub bytes::Bytes);
 
 impl fmt::Debug for ConstData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

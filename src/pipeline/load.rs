@@ -18,13 +18,40 @@ use std::path::{Path, PathBuf};
 pub enum FrontEnd {
     /// TVM's Relay text format ([`crate::frontend::relay`]).
     Relay,
+    /// ONNX files ([`crate::frontend::onnx`]).
+    Onnx,
 }
 
 impl FrontEnd {
-    /// The front end that reads `path`. Every model is read as Relay text for now.
-    pub fn of(_path: &Path) -> FrontEnd {
-        FrontEnd::Relay
+    /// The front end that reads `path`: ONNX for a `.onnx` file (any case), Relay text
+    /// otherwise.
+    pub fn of(path: &Path) -> FrontEnd {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("onnx") => FrontEnd::Onnx,
+            _ => FrontEnd::Relay,
+        }
     }
+
+    /// The front end named `relay` or `onnx`.
+    pub fn parse(name: &str) -> Option<FrontEnd> {
+        match name {
+            "relay" => Some(FrontEnd::Relay),
+            "onnx" => Some(FrontEnd::Onnx),
+            _ => None,
+        }
+    }
+}
+
+/// How a model file is read: its format when the extension does not say it, and the sizes of
+/// the unknown dimensions of an ONNX model's inputs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelOptions {
+    /// The front end to use (`None`: chosen by the file's extension).
+    pub format: Option<FrontEnd>,
+    /// `NAME=D1xD2x...` input shapes (`--input-shape`).
+    pub input_shapes: Vec<String>,
+    /// `SYMBOL=N` dimension sizes (`--dim`).
+    pub dims: Vec<String>,
 }
 
 /// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
@@ -44,9 +71,18 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outco
     }
 }
 
-/// Loads a model file through its front end: parsed and type-checked.
-pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
-    match FrontEnd::of(path) {
+/// Loads a model file through its front end: parsed (or imported) and type-checked.
+pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Result<Module, Outcome> {
+    let front = opts.format.unwrap_or_else(|| FrontEnd::of(path));
+    if front == FrontEnd::Relay && !(opts.input_shapes.is_empty() && opts.dims.is_empty()) {
+        return Err(usage_error(
+            crate::diag::E0905,
+            "`--input-shape` and `--dim` apply to ONNX models; a Relay model's shapes are \
+             written in its text"
+                .to_string(),
+        ));
+    }
+    match front {
         FrontEnd::Relay => {
             let file = read_source(sources, path)?;
             crate::frontend::relay::load(sources, file).map_err(|diags| {
@@ -54,7 +90,42 @@ pub fn model(sources: &mut SourceMap, path: &Path) -> Result<Module, Outcome> {
                 Outcome::InputErrors
             })
         }
+        FrontEnd::Onnx => onnx(sources, path, opts).map(|i| i.module),
     }
+}
+
+/// Imports an ONNX model: decoded, its inputs' shapes bound by `opts`, its operators mapped.
+/// Warnings are printed; errors are printed and turned into the outcome.
+pub fn onnx(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<crate::frontend::onnx::import::Imported, Outcome> {
+    use crate::frontend::onnx;
+    let fail = |diags: Vec<Diagnostic>, sources: &SourceMap| {
+        let mut all = crate::diag::Diagnostics::new();
+        for d in diags {
+            all.push(d);
+        }
+        report(&all, sources);
+        Outcome::InputErrors
+    };
+    let bindings = onnx::shapes::Bindings::parse(
+        opts.input_shapes.iter().map(String::as_str),
+        opts.dims.iter().map(String::as_str),
+    )
+    .map_err(|d| fail(vec![d], sources))?;
+    let model = onnx::load_file(path).map_err(|d| fail(d, sources))?;
+    let imported =
+        onnx::import::import(&model, &bindings, sources).map_err(|d| fail(d, sources))?;
+    if !imported.warnings.is_empty() {
+        let mut all = crate::diag::Diagnostics::new();
+        for d in &imported.warnings {
+            all.push(d.clone());
+        }
+        report(&all, sources);
+    }
+    Ok(imported)
 }
 
 /// The `@main` function of a loaded model, or E0904 naming the file and the functions it does
@@ -84,8 +155,12 @@ pub fn main_of(m: &Module, path: &Path) -> Result<FuncId, Outcome> {
 }
 
 /// A model and its `@main`.
-pub fn model_with_main(sources: &mut SourceMap, path: &Path) -> Result<(Module, FuncId), Outcome> {
-    let m = model(sources, path)?;
+pub fn model_with_main(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<(Module, FuncId), Outcome> {
+    let m = model(sources, path, opts)?;
     let main = main_of(&m, path)?;
     Ok((m, main))
 }
@@ -102,8 +177,12 @@ pub struct Planned {
 /// Loads a model for partitioning: models with device annotations are planned first (with
 /// nothing defaulted), and the planned module, with its copies, is what gets partitioned; the
 /// planned device of every expression comes along.
-pub fn planned(sources: &mut SourceMap, path: &Path) -> Result<Planned, Outcome> {
-    let m = model(sources, path)?;
+pub fn planned(
+    sources: &mut SourceMap,
+    path: &Path,
+    opts: &ModelOptions,
+) -> Result<Planned, Outcome> {
+    let m = model(sources, path, opts)?;
     main_of(&m, path)?;
     if !crate::analysis::devices::has_annotations(&m) {
         return Ok(Planned {

@@ -108,6 +108,8 @@ pub enum Targets<'a> {
 pub struct Inputs<'a> {
     /// The model.
     pub model: &'a Path,
+    /// How the model is read.
+    pub model_options: &'a load::ModelOptions,
     /// Rules files or directories (empty: the shipped library).
     pub rules: &'a [PathBuf],
     /// The targets.
@@ -154,7 +156,7 @@ pub fn prepare(
     let program = select(rules.program, inputs)?;
     require_host(&program)?;
     let estimator = estimator(sources, &program, inputs)?;
-    let model = load::planned(sources, inputs.model)?;
+    let model = load::planned(sources, inputs.model, inputs.model_options)?;
     Ok(Prepared {
         program,
         estimator,

@@ -803,9 +803,15 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn mutated_models_never_crash(which in 0usize..3, edits in prop::collection::vec(edit(), 1..6)) {
-        let base = [mlp(), dynamic(), external_model("w.bin", Some(0), Some(32))][which].clone();
-        let mut bytes = b::encode(&base);
+    fn mutated_models_never_crash(which in 0usize..4, edits in prop::collection::vec(edit(), 1..6)) {
+        let mut bytes = match which {
+            0..=2 => b::encode(&[mlp(), dynamic(), external_model("w.bin", Some(0), Some(32))][which]),
+            // A real export: every operator of a small CNN goes through the importer.
+            _ => std::fs::read(crate::support::root().join(
+                "tests/fixtures/onnx/mobilenet_v3_small_tiny-opset13/model.onnx",
+            ))
+            .unwrap(),
+        };
         for e in &edits {
             apply(&mut bytes, e);
         }
@@ -818,6 +824,12 @@ proptest! {
                 let b = Bindings::parse([], ["batch=2", "seq=3"]).unwrap();
                 if let Ok((inputs, _)) = bind_inputs(&m, &b) {
                     let _ = fold(&m, &DeclaredShapes::new(&m, &inputs));
+                }
+                // The importer: a module, or coded diagnostics naming the model.
+                let mut sources = collage::source::SourceMap::new();
+                if let Err(ds) = collage::frontend::onnx::import::import(&m, &b, &mut sources) {
+                    prop_assert!(!ds.is_empty());
+                    prop_assert!(ds.iter().all(|d| d.code.id.starts_with('E')));
                 }
             }
             Err(ds) => {

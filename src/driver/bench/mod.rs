@@ -30,6 +30,8 @@ use std::time::Instant;
 pub struct Request {
     /// The model.
     pub model: PathBuf,
+    /// How the model is read.
+    pub model_options: crate::pipeline::load::ModelOptions,
     /// Rules files or directories (empty: the shipped library).
     pub rules: Vec<PathBuf>,
     /// Only these targets (empty: the targets that can run here; the host is always kept).
@@ -86,6 +88,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
     let mut sources = SourceMap::new();
     let inputs = Inputs {
         model: &req.model,
+        model_options: &req.model_options,
         rules: &req.rules,
         targets: if req.targets.is_empty() {
             Targets::RunnableHere

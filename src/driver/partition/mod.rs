@@ -20,6 +20,8 @@ use std::time::Instant;
 pub struct Request {
     /// The model.
     pub model: PathBuf,
+    /// How the model is read.
+    pub model_options: crate::pipeline::load::ModelOptions,
     /// Rules files or directories (empty: the shipped library).
     pub rules: Vec<PathBuf>,
     /// Only these targets (the host is always kept).
@@ -69,6 +71,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
     check_outputs(req, &[])?;
     let inputs = Inputs {
         model: &req.model,
+        model_options: &req.model_options,
         rules: &req.rules,
         targets: Targets::Named(&req.targets),
         costs: &req.costs,

@@ -29,6 +29,8 @@ use std::time::Instant;
 pub struct Request {
     /// The model.
     pub model: PathBuf,
+    /// How the model (and the compared models) are read.
+    pub model_options: crate::pipeline::load::ModelOptions,
     /// The seed of weights and random inputs.
     pub seed: u64,
     /// `NAME=FILE.npy` input specifications.
@@ -210,11 +212,11 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let threads = req.threads.unwrap_or_else(executor::default_threads);
 
     let mut sources = SourceMap::new();
-    let m = load_model(&mut sources, &req.model)?;
+    let m = load_model(&mut sources, &req.model, &req.model_options)?;
     main_of(&m, &req.model)?;
     let mut others = Vec::new();
     for p in &req.compare_with {
-        let other = load_model(&mut sources, p)?;
+        let other = load_model(&mut sources, p, &req.model_options)?;
         main_of(&other, p)?;
         others.push((p.clone(), other));
     }
@@ -335,8 +337,13 @@ fn read_inputs(
     given: &[(String, PathBuf)],
     mw: &crate::runtime::exec::data::ModuleWeights<'_>,
 ) -> Result<(Vec<Arc<Tensor>>, Vec<String>), Outcome> {
+    // A parameter is named as in the model text, or (for an imported ONNX model) by its ONNX
+    // input name, which the importer maps to an identifier.
+    let names_param = |given: &str, param: &str| {
+        given == param || crate::frontend::onnx::names::to_ident(given) == param
+    };
     for (name, _) in given {
-        if !x.inputs.iter().any(|i| &i.name == name) {
+        if !x.inputs.iter().any(|i| names_param(name, &i.name)) {
             let names: Vec<String> = x.inputs.iter().map(|i| format!("`{}`", i.name)).collect();
             let list = if names.is_empty() {
                 "it has none".to_string()
@@ -352,7 +359,7 @@ fn read_inputs(
     let mut inputs = Vec::with_capacity(x.inputs.len());
     let mut input_sources = Vec::new();
     for (i, p) in x.inputs.iter().enumerate() {
-        let t = match given.iter().find(|(n, _)| *n == p.name) {
+        let t = match given.iter().find(|(n, _)| names_param(n, &p.name)) {
             Some((_, file)) => {
                 let bytes = crate::source::read_bytes(file).map_err(|e| {
                     usage(

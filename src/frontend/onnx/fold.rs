@@ -265,53 +265,104 @@ fn fail<T>(msg: impl Into<String>) -> R<T> {
 /// types, previously folded values, and shapes from `shapes`. Errors are E3021 diagnostics
 /// naming the node.
 pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diagnostic>> {
-    // Folded values, and the weights converted so far (only those a folded node consumed).
-    let mut known: FxHashMap<&str, Value> = FxHashMap::default();
-    // The weights, not converted: a weight is read when a node being folded consumes it.
-    let weights: FxHashMap<&str, &TensorData> = model
-        .graph
-        .weights
-        .iter()
-        .map(|w| (w.name.as_str(), &w.data))
-        .collect();
-    let mut out = Folding::default();
+    let mut folder = Folder::new(model);
     let mut errors = Vec::new();
-    let mut total = 0usize;
     for node in &model.graph.nodes {
-        let shape_of = |name: &str| -> Option<Vec<u64>> {
-            if let Some(v) = known.get(name) {
-                return Some(v.shape.iter().map(|&d| d as u64).collect());
+        if let Err(d) = folder.step(node, shapes) {
+            errors.push(d);
+        }
+    }
+    if errors.is_empty() {
+        Ok(folder.finish())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Folding one node at a time, for an importer that learns the static shapes of the values it
+/// does not fold as it goes (its [`ShapeOracle`] grows between steps).
+pub struct Folder<'m> {
+    model: &'m Model,
+    /// Folded values, and the weights converted so far (only those a folded node consumed).
+    known: FxHashMap<&'m str, Value>,
+    /// The weights, not converted: a weight is read when a node being folded consumes it.
+    weights: FxHashMap<&'m str, &'m TensorData>,
+    total: usize,
+    out: Folding,
+}
+
+impl<'m> Folder<'m> {
+    /// A folder over `model`'s weights, with nothing folded yet.
+    pub fn new(model: &'m Model) -> Folder<'m> {
+        Folder {
+            model,
+            known: FxHashMap::default(),
+            weights: model
+                .graph
+                .weights
+                .iter()
+                .map(|w| (w.name.as_str(), &w.data))
+                .collect(),
+            total: 0,
+            out: Folding::default(),
+        }
+    }
+
+    /// Folds `node` when it can (nodes must come in topological order): `Ok(true)` when its
+    /// output is now a known value ([`Folder::value`]), `Ok(false)` when the node stays (a
+    /// W3054 warning may have been recorded), E3021 when its inputs are known and the
+    /// operation has no result.
+    pub fn step(&mut self, node: &'m Node, shapes: &dyn ShapeOracle) -> Result<bool, Diagnostic> {
+        let model = self.model;
+        // `Some(result)` for `Shape` and `Size`, which need only a static shape; `None` when
+        // the node's inputs are all known values and it is to be evaluated.
+        let shaped = {
+            let known = &self.known;
+            let weights = &self.weights;
+            let shape_of = |name: &str| -> Option<Vec<u64>> {
+                if let Some(v) = known.get(name) {
+                    return Some(v.shape.iter().map(|&d| d as u64).collect());
+                }
+                weights
+                    .get(name)
+                    .map(|t| t.shape.clone())
+                    .or_else(|| shapes.shape(name))
+            };
+            match node.op_type.as_str() {
+                "Shape" | "Size" => match node.present_inputs().next().and_then(shape_of) {
+                    Some(s) => Some(eval_shape(node, model.opset, &s)),
+                    None => return Ok(false),
+                },
+                _ => {
+                    if !SUPPORTED.contains(&node.op_type.as_str()) {
+                        return Ok(false);
+                    }
+                    // Every present input must be known, or a weight the folder takes; only
+                    // then are the weights among them read.
+                    let available = node.inputs.iter().all(|i| {
+                        i.is_empty()
+                            || known.contains_key(i.as_str())
+                            || weights.get(i.as_str()).is_some_and(|t| Value::fits(t))
+                    });
+                    if !available {
+                        return Ok(false);
+                    }
+                    None
+                }
             }
-            weights
-                .get(name)
-                .map(|t| t.shape.clone())
-                .or_else(|| shapes.shape(name))
         };
-        let result = match node.op_type.as_str() {
-            "Shape" | "Size" => match node.present_inputs().next().and_then(shape_of) {
-                Some(s) => eval_shape(node, model.opset, &s),
-                None => continue,
-            },
-            _ => {
-                if !SUPPORTED.contains(&node.op_type.as_str()) {
-                    continue;
-                }
-                // Every present input must be known, or a weight the folder takes; only then
-                // are the weights among them read.
-                let available = node.inputs.iter().all(|i| {
-                    i.is_empty()
-                        || known.contains_key(i.as_str())
-                        || weights.get(i.as_str()).is_some_and(|t| Value::fits(t))
-                });
-                if !available {
-                    continue;
-                }
+        let result = match shaped {
+            Some(result) => result,
+            None => {
                 for i in &node.inputs {
-                    if !i.is_empty() && !known.contains_key(i.as_str()) {
-                        if let Some(v) = weights.get(i.as_str()).and_then(|t| Value::from_tensor(t))
+                    if !i.is_empty() && !self.known.contains_key(i.as_str()) {
+                        if let Some(v) = self
+                            .weights
+                            .get(i.as_str())
+                            .and_then(|t| Value::from_tensor(t))
                         {
-                            known.insert(i.as_str(), v);
-                            out.weights_read.push(i.clone());
+                            self.known.insert(i.as_str(), v);
+                            self.out.weights_read.push(i.clone());
                         }
                     }
                 }
@@ -322,7 +373,7 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                         if i.is_empty() {
                             None
                         } else {
-                            known.get(i.as_str())
+                            self.known.get(i.as_str())
                         }
                     })
                     .collect();
@@ -331,7 +382,7 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                     .zip(&node.inputs)
                     .any(|(a, i)| a.is_none() && !i.is_empty())
                 {
-                    continue;
+                    return Ok(false);
                 }
                 eval(node, model.opset, &args).and_then(|v| {
                     // Every operator checks its result; this keeps the invariant whatever
@@ -344,64 +395,76 @@ pub fn fold(model: &Model, shapes: &dyn ShapeOracle) -> Result<Folding, Vec<Diag
                 })
             }
         };
+        let place = || node.place(&model.file, model.opset);
         match result {
             Ok(v) => {
                 let Some(o) = node.outputs.first().filter(|o| !o.is_empty()) else {
-                    continue;
+                    return Ok(false);
                 };
-                if total + v.data.len() > MAX_FOLD_TOTAL {
-                    out.warnings.push(
+                if self.total + v.data.len() > MAX_FOLD_TOTAL {
+                    self.out.warnings.push(
                         Diagnostic::warning(
                             W3054,
                             format!(
-                                "the values folded so far hold {total} elements; this one would \
+                                "the values folded so far hold {} elements; this one would \
                                  pass the total limit of {MAX_FOLD_TOTAL}, so the node is left \
-                                 to run"
+                                 to run",
+                                self.total
                             ),
                         )
-                        .with_place(node.place(&model.file, model.opset)),
+                        .with_place(place()),
                     );
-                    continue;
+                    return Ok(false);
                 }
-                total += v.data.len();
-                out.values.insert(o.clone(), v.to_tensor());
-                out.folded.push(node.index);
-                known.insert(o.as_str(), v);
+                self.total += v.data.len();
+                self.out.values.insert(o.clone(), v.to_tensor());
+                self.out.folded.push(node.index);
+                self.known.insert(o.as_str(), v);
+                Ok(true)
             }
-            Err(Skip::Unsupported) => {}
-            Err(Skip::TooBig(n)) => out.warnings.push(
-                Diagnostic::warning(
-                    W3054,
-                    format!(
-                        "the result would have {n} elements, more than the folding limit of \
-                         {MAX_FOLD_ELEMENTS}; the node is left to run"
-                    ),
-                )
-                .with_place(node.place(&model.file, model.opset)),
-            ),
-            Err(Skip::TooHigh(r)) => out.warnings.push(
-                Diagnostic::warning(
-                    W3054,
-                    format!(
-                        "the result would have rank {r}, more than the folding limit of \
-                         {MAX_FOLD_RANK}; the node is left to run"
-                    ),
-                )
-                .with_place(node.place(&model.file, model.opset)),
-            ),
-            Err(Skip::Fail(msg)) => errors.push(
-                Diagnostic::error(
-                    E3021,
-                    format!("`{}` cannot be computed: {msg}", node.op_type),
-                )
-                .with_place(node.place(&model.file, model.opset)),
-            ),
+            Err(Skip::Unsupported) => Ok(false),
+            Err(Skip::TooBig(n)) => {
+                self.out.warnings.push(
+                    Diagnostic::warning(
+                        W3054,
+                        format!(
+                            "the result would have {n} elements, more than the folding limit \
+                             of {MAX_FOLD_ELEMENTS}; the node is left to run"
+                        ),
+                    )
+                    .with_place(place()),
+                );
+                Ok(false)
+            }
+            Err(Skip::TooHigh(r)) => {
+                self.out.warnings.push(
+                    Diagnostic::warning(
+                        W3054,
+                        format!(
+                            "the result would have rank {r}, more than the folding limit of \
+                             {MAX_FOLD_RANK}; the node is left to run"
+                        ),
+                    )
+                    .with_place(place()),
+                );
+                Ok(false)
+            }
+            Err(Skip::Fail(msg)) => Err(Diagnostic::error(
+                E3021,
+                format!("`{}` cannot be computed: {msg}", node.op_type),
+            )
+            .with_place(place())),
         }
     }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(errors)
+
+    /// The folded value called `name`, as a tensor.
+    pub fn value(&self, name: &str) -> Option<&TensorData> {
+        self.out.values.get(name)
+    }
+
+    /// What has been folded so far.
+    pub fn finish(self) -> Folding {
+        self.out
     }
 }
 

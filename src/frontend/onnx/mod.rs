@@ -14,6 +14,7 @@
 
 pub mod builder;
 pub mod fold;
+pub mod import;
 mod model;
 pub mod names;
 pub mod proto;

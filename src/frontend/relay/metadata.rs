@@ -892,11 +892,7 @@ impl JsonWriter {
 
     /// The index in `b64ndarrays` of the data of a constant of type `ty`, written on first use.
     fn ndarray(&mut self, ty: &TensorType, data: &ConstData) -> Option<usize> {
-        let key = (
-            std::sync::Arc::as_ptr(&data.0) as *const u8 as usize,
-            data.0.len(),
-            ty.clone(),
-        );
+        let key = (data.0.as_ptr() as usize, data.0.len(), ty.clone());
         if let Some(&i) = self.shared_data.get(&key) {
             return Some(i);
         }

@@ -6,9 +6,9 @@
 //! the tensors, binds the inputs' shapes to those of the data, imports the model, runs `@main`
 //! on the reference interpreter and compares the outputs with the expected ones at the suite's
 //! tolerances ([`RTOL`], [`ATOL`]; NaN equals NaN; integers and bools exactly). Each test ends
-//! in a [`Verdict`]: passed, a mismatch (with the worst element), unsupported (the operators
-//! or data types, from the diagnostics' codes), an error (any other diagnostic), a panic or a
-//! time-out. Tests run on a few worker threads, each under a time bound and a panic guard
+//! in a [`Verdict`]: passed, a mismatch (with the worst element), unsupported (the operators,
+//! their uses or data types that the importer or the interpreter lacks, from the diagnostics'
+//! codes: [`Missing`]), an error (any other diagnostic), a panic or a time-out. Tests run on a few worker threads, each under a time bound and a panic guard
 //! ([`bounded`]), and under a memory bound checked before anything is compiled.
 //!
 //! [`native`] runs the tests that pass on generated code as well, their kernels compiled
@@ -20,9 +20,9 @@ pub mod locate;
 pub mod native;
 pub mod table;
 
-use crate::diag::{Diagnostic, E3004, E3005, E3006, E3010};
-use crate::frontend::onnx::{self, names, proto, shapes::Bindings, Model, TensorData};
-use crate::ir::{DType, Module};
+use crate::diag::{Diagnostic, E2301, E3004, E3005, E3006, E3010, E3022, E3023, E3025};
+use crate::frontend::onnx::{self, names, proto, shapes::Bindings, TensorData};
+use crate::ir::Module;
 use crate::runtime::exec::data::Weights;
 use crate::runtime::exec::executor::{self, Options};
 use crate::runtime::exec::kernel::Backends;
@@ -49,9 +49,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default memory bound of one test: what its module needs (constants, inputs and the peak
 /// of intermediate tensors), checked before it is compiled.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
-
-/// The code of the importer's "unsupported operator" diagnostic.
-const UNSUPPORTED_OPERATOR: &str = "E3022";
 
 /// One node test.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,15 +89,36 @@ pub enum Missing {
         /// The diagnostic's code.
         code: &'static str,
     },
+    /// An operator used in a way collage cannot express (E3023: an attribute value or an
+    /// input), or with an input that must be known when the model is imported but depends on
+    /// the inputs' values (E3025).
+    Usage {
+        /// The operator type.
+        op: String,
+        /// The diagnostic's code.
+        code: &'static str,
+        /// Its message.
+        what: String,
+    },
     /// A data type (E3010), as [`dtype_of_message`] names it.
     DType(String),
+    /// An operator (or an operator on a dtype) that the reference interpreter does not run
+    /// (E2301): collage's operator as the message names it first, and the message.
+    Interpreter {
+        /// The collage operator, such as `argmax`.
+        op: String,
+        /// The diagnostic's message.
+        what: String,
+    },
 }
 
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Missing::Operator { op, code } => write!(f, "`{op}` ({code})"),
+            Missing::Usage { what, code, .. } => write!(f, "{what} ({code})"),
             Missing::DType(m) => write!(f, "{m} (E3010)"),
+            Missing::Interpreter { what, .. } => write!(f, "{what} (E2301)"),
         }
     }
 }
@@ -324,7 +342,9 @@ pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
             .collect(),
         dims: Vec::new(),
     };
-    let module = import(&model, &bindings).map_err(from_diagnostics)?;
+    let module = onnx::import::import(&model, &bindings, &mut SourceMap::new())
+        .map_err(from_diagnostics)?
+        .module;
     let main = module
         .main()
         .ok_or_else(|| Verdict::Error("the imported module has no `@main`".into()))?;
@@ -365,15 +385,6 @@ pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
         inputs: args,
         expected,
     })
-}
-
-/// The ONNX importer.
-fn import(model: &Model, bindings: &Bindings) -> Result<Module, Vec<Diagnostic>> {
-    let _ = (model, bindings, SourceMap::new());
-    Err(vec![Diagnostic::error(
-        crate::diag::E2302,
-        "the ONNX importer is not available yet",
-    )])
 }
 
 /// Reads `{what}_0.pb` ... `{what}_{n-1}.pb` from `dir`.
@@ -420,26 +431,6 @@ pub fn read_tensor(path: &Path) -> Result<TensorData, Verdict> {
         .ok_or_else(|| Verdict::Error(format!("{shown} holds no tensor")))
 }
 
-/// The interpreter's dtype of an ONNX element type.
-pub fn ir_dtype(d: onnx::DType) -> DType {
-    use crate::ir::DTypeCode::{BFloat, Int, UInt};
-    match d {
-        onnx::DType::F32 => DType::F32,
-        onnx::DType::F64 => DType::F64,
-        onnx::DType::F16 => DType::F16,
-        onnx::DType::BF16 => DType::scalar(BFloat, 16),
-        onnx::DType::I8 => DType::scalar(Int, 8),
-        onnx::DType::I16 => DType::scalar(Int, 16),
-        onnx::DType::I32 => DType::I32,
-        onnx::DType::I64 => DType::scalar(Int, 64),
-        onnx::DType::U8 => DType::scalar(UInt, 8),
-        onnx::DType::U16 => DType::scalar(UInt, 16),
-        onnx::DType::U32 => DType::scalar(UInt, 32),
-        onnx::DType::U64 => DType::scalar(UInt, 64),
-        onnx::DType::Bool => DType::BOOL,
-    }
-}
-
 /// ONNX tensor data as an interpreter tensor.
 pub fn to_tensor(t: &TensorData) -> Result<Tensor, String> {
     let shape: Vec<usize> = t
@@ -447,7 +438,7 @@ pub fn to_tensor(t: &TensorData) -> Result<Tensor, String> {
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
         .collect::<Result<_, _>>()?;
-    Tensor::from_bytes(ir_dtype(t.dtype), &shape, t.bytes()).map_err(|e| e.0)
+    Tensor::from_bytes(onnx::import::dtype_of(t.dtype), &shape, t.bytes()).map_err(|e| e.0)
 }
 
 /// The verdict of a failed phase: unsupported when its errors name missing operators or data
@@ -465,13 +456,27 @@ pub fn from_diagnostics(ds: Vec<Diagnostic>) -> Verdict {
         let code = d.code.id;
         if code == E3010.id {
             missing.push(Missing::DType(dtype_of_message(&d.message)));
-        } else if let Some(code) = [UNSUPPORTED_OPERATOR, E3004.id, E3005.id, E3006.id]
+        } else if let Some(code) = [E3022.id, E3004.id, E3005.id, E3006.id]
             .into_iter()
             .find(|c| *c == code)
         {
             // Without a node to name, it is an error like any other.
             if let Some(op) = op() {
                 missing.push(Missing::Operator { op, code });
+            }
+        } else if code == E2301.id {
+            let op = d.message.split('`').nth(1).unwrap_or("").to_string();
+            missing.push(Missing::Interpreter {
+                op,
+                what: d.message.clone(),
+            });
+        } else if let Some(code) = [E3023.id, E3025.id].into_iter().find(|c| *c == code) {
+            if let Some(op) = op() {
+                missing.push(Missing::Usage {
+                    op,
+                    code,
+                    what: d.message.clone(),
+                });
             }
         }
     }
@@ -590,6 +595,7 @@ fn index_of(mut i: usize, shape: &[usize]) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::diag::{ModelPlace, NodePlace};
+    use crate::ir::DType;
 
     fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
         Tensor::from_slice(DType::F32, shape, v).unwrap()
@@ -673,6 +679,17 @@ mod tests {
         assert_eq!(
             v.detail(),
             "`If` (E3005), type code 25 (E3010), type string (E3010)"
+        );
+        let v = from_diagnostics(vec![Diagnostic::error(
+            E2301,
+            "the reference interpreter does not implement `argmax`",
+        )]);
+        assert_eq!(
+            v,
+            Verdict::Unsupported(vec![Missing::Interpreter {
+                op: "argmax".into(),
+                what: "the reference interpreter does not implement `argmax`".into()
+            }])
         );
         let v = from_diagnostics(vec![Diagnostic::error(E3004, "a domain")]);
         assert_eq!(v, Verdict::Error("E3004: a domain".into()));

@@ -144,37 +144,60 @@ pub fn render(outcomes: &[Outcome], accepted: &[Accepted], version: &str) -> Str
     }
     s.push_str(&format!("| total | {} | {n_default} |\n", outcomes.len()));
 
-    // Missing operators: the tests each alone blocks, and the tests naming it.
-    let mut alone: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut naming: BTreeMap<&str, usize> = BTreeMap::new();
+    // Missing operators and unsupported uses: the tests each alone blocks, and the tests
+    // naming it.
     let mut dtypes: BTreeMap<&str, usize> = BTreeMap::new();
     for o in outcomes {
         if let Verdict::Unsupported(ms) = &o.verdict {
             for m in ms {
-                match m {
-                    Missing::Operator { op, .. } => {
-                        *naming.entry(op).or_default() += 1;
-                        if ms.len() == 1 {
-                            *alone.entry(op).or_default() += 1;
-                        }
-                    }
-                    Missing::DType(d) => *dtypes.entry(d).or_default() += 1,
+                if let Missing::DType(d) = m {
+                    *dtypes.entry(d).or_default() += 1;
                 }
             }
         }
     }
-    if !naming.is_empty() {
-        let mut ops: Vec<(&str, usize, usize)> = naming
-            .iter()
-            .map(|(op, &n)| (*op, alone.get(op).copied().unwrap_or(0), n))
-            .collect();
-        ops.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(b.0)));
+    let operators = ranking(outcomes, |m| match m {
+        Missing::Operator { op, .. } => Some(op),
+        _ => None,
+    });
+    if !operators.is_empty() {
         s.push_str(
-            "\n### Missing operators\n\nBy the number of tests in which the operator is the only \
-             thing missing (those it alone would make run), then by the tests naming it.\n\n\
+            "\n### Missing operators\n\nOperators collage does not import, by the number of \
+             tests in which the operator is the only thing missing (those it alone would make \
+             run), then by the tests naming it.\n\n\
              | operator | tests it alone blocks | tests naming it |\n|---|---:|---:|\n",
         );
-        for (op, a, n) in ops {
+        for (op, a, n) in operators {
+            s.push_str(&format!("| `{op}` | {a} | {n} |\n"));
+        }
+    }
+    let uses = ranking(outcomes, |m| match m {
+        Missing::Usage { op, .. } => Some(op),
+        _ => None,
+    });
+    if !uses.is_empty() {
+        s.push_str(
+            "\n### Unsupported uses\n\nOperators that are imported, but not with the attributes \
+             or inputs of these tests (E3023), or whose inputs must be known at import time \
+             (E3025); ranked as above.\n\n\
+             | operator | tests it alone blocks | tests naming it |\n|---|---:|---:|\n",
+        );
+        for (op, a, n) in uses {
+            s.push_str(&format!("| `{op}` | {a} | {n} |\n"));
+        }
+    }
+    let interpreter = ranking(outcomes, |m| match m {
+        Missing::Interpreter { op, .. } => Some(op),
+        _ => None,
+    });
+    if !interpreter.is_empty() {
+        s.push_str(
+            "\n### Not run by the interpreter\n\ncollage operators the importer emits but the \
+             reference interpreter does not run (E2301), at all or on the tests' dtypes; ranked \
+             as above.\n\n\
+             | collage operator | tests it alone blocks | tests naming it |\n|---|---:|---:|\n",
+        );
+        for (op, a, n) in interpreter {
             s.push_str(&format!("| `{op}` | {a} | {n} |\n"));
         }
     }
@@ -212,6 +235,39 @@ pub fn render(outcomes: &[Outcome], accepted: &[Accepted], version: &str) -> Str
     s.push('\n');
     s.push_str(END);
     s
+}
+
+/// The operators `key` picks out of the missing things of unsupported tests, with the number of
+/// tests in which only that operator is missing and the number naming it; by the first count,
+/// then the second, then name.
+fn ranking<'a>(
+    outcomes: &'a [Outcome],
+    key: impl Fn(&'a Missing) -> Option<&'a String>,
+) -> Vec<(&'a str, usize, usize)> {
+    let mut alone: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut naming: BTreeMap<&str, usize> = BTreeMap::new();
+    for o in outcomes {
+        let Verdict::Unsupported(ms) = &o.verdict else {
+            continue;
+        };
+        let mut ops: Vec<&str> = ms.iter().filter_map(&key).map(String::as_str).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        // Alone: nothing else of any kind is missing (several uses of one operator count once).
+        let only = ops.len() == 1 && ms.iter().all(|m| key(m).is_some());
+        for op in ops {
+            *naming.entry(op).or_default() += 1;
+            if only {
+                *alone.entry(op).or_default() += 1;
+            }
+        }
+    }
+    let mut out: Vec<(&str, usize, usize)> = naming
+        .iter()
+        .map(|(op, &n)| (*op, alone.get(op).copied().unwrap_or(0), n))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(b.0)));
+    out
 }
 
 /// What makes the run fail whatever the table says: panics, time-outs, tests not run,

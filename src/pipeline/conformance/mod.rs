@@ -205,8 +205,8 @@ impl Default for Limits {
     }
 }
 
-/// Runs `cases` on the reference interpreter. `progress` is told of each test as it ends (in
-/// the order they end) with the count so far.
+/// Runs `cases` on the reference interpreter; the outcomes are in the order of `cases`.
+/// `progress` is then told of each, with its position (from 1).
 pub fn run(
     cases: &[Case],
     limits: &Limits,

@@ -70,6 +70,20 @@ pub struct SourceFile {
     /// The complete text.
     pub text: String,
     line_starts: Vec<u32>,
+    /// For the node listing of a model without source text (an ONNX file), the node each line
+    /// describes; empty for a text file.
+    pub nodes: Vec<ListedNode>,
+}
+
+/// A node of a model file without source text, as a line of its node listing describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedNode {
+    /// Position in the file's node list, from 0.
+    pub index: usize,
+    /// The node's name (may be empty).
+    pub name: String,
+    /// The operator type, such as `Conv`.
+    pub op_type: String,
 }
 
 impl SourceFile {
@@ -85,6 +99,7 @@ impl SourceFile {
             name,
             text,
             line_starts,
+            nodes: Vec::new(),
         }
     }
 
@@ -120,6 +135,29 @@ impl SourceMap {
         let id = FileId(self.files.len() as u32);
         self.files.push(SourceFile::new(name.into(), text.into()));
         id
+    }
+
+    /// Registers the node listing of a model without source text: line `i` of `text`
+    /// describes `nodes[i]`.
+    pub fn add_listing(
+        &mut self,
+        name: impl Into<String>,
+        text: impl Into<String>,
+        nodes: Vec<ListedNode>,
+    ) -> FileId {
+        let id = self.add(name, text);
+        self.files[id.0 as usize].nodes = nodes;
+        id
+    }
+
+    /// The model node a span of a node listing points at (`None` for a text file).
+    pub fn listed_node(&self, span: Span) -> Option<&ListedNode> {
+        let file = self.files.get(span.file.0 as usize)?;
+        if file.nodes.is_empty() {
+            return None;
+        }
+        let (line, _) = file.line_col(span.start);
+        file.nodes.get(line - 1)
     }
 
     /// The file with the given id.

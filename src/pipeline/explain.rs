@@ -45,8 +45,14 @@ pub fn explain(
     } else {
         format!("%{binding}")
     };
-    let node =
-        (0..g.len()).find(|&i| g.graph.binding(m, NodeIdx(i as u32)).as_deref() == Some(&want))?;
+    // An imported ONNX model's nodes are bound to their outputs' identifiers, so an ONNX
+    // value name works too.
+    let onnx = format!("%{}", crate::frontend::onnx::names::to_ident(binding));
+    let node = (0..g.len())
+        .find(|&i| g.graph.binding(m, NodeIdx(i as u32)).as_deref() == Some(&want))
+        .or_else(|| {
+            (0..g.len()).find(|&i| g.graph.binding(m, NodeIdx(i as u32)).as_deref() == Some(&onnx))
+        })?;
     let chosen = plan
         .chosen
         .iter()

@@ -71,6 +71,37 @@ pub fn read_source(sources: &mut SourceMap, path: &Path) -> Result<FileId, Outco
     }
 }
 
+impl ModelOptions {
+    /// These options with the shapes of an ONNX model's inputs also taken from the `.npy` files
+    /// given for them (`run --input NAME=FILE`), for every input `--input-shape` does not
+    /// already size. `NAME` may be the ONNX name or its identifier. Files that cannot be read
+    /// are left for the run to report.
+    pub fn with_input_files(&self, path: &Path, given: &[(String, PathBuf)]) -> ModelOptions {
+        let mut out = self.clone();
+        if self.format.unwrap_or_else(|| FrontEnd::of(path)) != FrontEnd::Onnx {
+            return out;
+        }
+        for (name, file) in given {
+            let onnx = crate::frontend::onnx::names::from_ident(name).unwrap_or(name.clone());
+            let sized = self.input_shapes.iter().any(|s| {
+                s.rsplit_once('=')
+                    .is_some_and(|(n, _)| n == name || n == onnx)
+            });
+            if sized {
+                continue;
+            }
+            let Ok(bytes) = crate::source::read_bytes(file) else {
+                continue;
+            };
+            if let Ok(t) = crate::runtime::exec::npy::read(&bytes) {
+                let dims: Vec<String> = t.shape().iter().map(usize::to_string).collect();
+                out.input_shapes.push(format!("{onnx}={}", dims.join("x")));
+            }
+        }
+        out
+    }
+}
+
 /// Loads a model file through its front end: parsed (or imported) and type-checked.
 pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Result<Module, Outcome> {
     let front = opts.format.unwrap_or_else(|| FrontEnd::of(path));

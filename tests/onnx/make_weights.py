@@ -22,6 +22,9 @@ tests/fixtures/onnx/paddle_constants-opset13/
 tests/fixtures/onnx/ir3_initializer_inputs-opset7/
     IR version 3, opset 7: the initializers are also listed as graph inputs (with their types);
     Gemm, Relu, BatchNormalization-7, Softmax-1 (2-D coercion), Unsqueeze-1 (axes attribute).
+tests/fixtures/onnx/ocr_like-opset14/
+    a PaddleOCR-style detector head: ConvTranspose, Resize (nearest and linear), HardSigmoid,
+    HardSwish, a depthwise convolution and squeeze-excitation.
 
 Usage: ~/.cache/collage/onnx-venv/bin/python tests/onnx/make_weights.py [--out tests/fixtures/onnx]
 """
@@ -398,6 +401,76 @@ def ir3(root, rng, command):
     }, command)
 
 
+# --------------------------------------------------------------------------------------------
+# A PaddleOCR-style text detector head: transposed convolutions, Resize, HardSigmoid, HardSwish
+
+
+def ocr_like(root, rng, command):
+    """x [?, 3, h, w] -> Conv 3->8 stride 2 + BatchNormalization + HardSwish -> depthwise Conv
+    3x3 -> squeeze-excitation (GlobalAveragePool, 1x1 Convs, Relu, HardSigmoid, Mul) -> two
+    upsampling branches, Resize nearest (asymmetric, floor, as Paddle exports it) and Resize
+    linear (half_pixel), concatenated -> Conv 16->4 -> Relu -> ConvTranspose 4->4 k2 s2 + Relu
+    -> ConvTranspose 4->1 k2 s2 (output_padding 0, pads 0) -> Sigmoid. Opset 14 (HardSwish).
+    The reference is ONNX Runtime's output (no numpy reference)."""
+    def w(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    inits = {
+        "c1.w": w(8, 3, 3, 3), "c1.b": w(8, scale=0.1),
+        "bn.s": (rng.random(8) + 0.5).astype(np.float32), "bn.b": w(8, scale=0.2),
+        "bn.m": w(8, scale=0.2), "bn.v": (rng.random(8) + 0.5).astype(np.float32),
+        "dw.w": w(8, 1, 3, 3), "dw.b": w(8, scale=0.1),
+        "se1.w": w(4, 8, 1, 1), "se1.b": w(4, scale=0.1),
+        "se2.w": w(8, 4, 1, 1), "se2.b": w(8, scale=0.1),
+        "c2.w": w(4, 16, 3, 3, scale=0.2), "c2.b": w(4, scale=0.1),
+        "t1.w": w(4, 4, 2, 2), "t1.b": w(4, scale=0.1),
+        "t2.w": w(4, 1, 2, 2), "t2.b": w(1, scale=0.1),
+        "scales": np.array([1, 1, 2, 2], np.float32),
+    }
+    C = helper.make_node
+    nodes = [
+        C("Conv", ["x", "c1.w", "c1.b"], ["a1"], name="conv1", strides=[2, 2], pads=[1, 1, 1, 1]),
+        C("BatchNormalization", ["a1", "bn.s", "bn.b", "bn.m", "bn.v"], ["a2"], name="bn1"),
+        C("HardSwish", ["a2"], ["a3"], name="hswish1"),
+        C("Conv", ["a3", "dw.w", "dw.b"], ["a4"], name="dwconv", group=8, pads=[1, 1, 1, 1]),
+        C("GlobalAveragePool", ["a4"], ["s1"], name="se_pool"),
+        C("Conv", ["s1", "se1.w", "se1.b"], ["s2"], name="se_conv1"),
+        C("Relu", ["s2"], ["s3"], name="se_relu"),
+        C("Conv", ["s3", "se2.w", "se2.b"], ["s4"], name="se_conv2"),
+        C("HardSigmoid", ["s4"], ["s5"], name="se_hsigmoid", alpha=0.2, beta=0.5),
+        C("Mul", ["a4", "s5"], ["a5"], name="se_mul"),
+        C("Resize", ["a5", "", "scales"], ["u1"], name="up_nearest", mode="nearest",
+          coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        C("Resize", ["a5", "", "scales"], ["u2"], name="up_linear", mode="linear",
+          coordinate_transformation_mode="half_pixel"),
+        C("Concat", ["u1", "u2"], ["u3"], name="concat", axis=1),
+        C("Conv", ["u3", "c2.w", "c2.b"], ["b1"], name="conv2", pads=[1, 1, 1, 1]),
+        C("Relu", ["b1"], ["b2"], name="relu2"),
+        C("ConvTranspose", ["b2", "t1.w", "t1.b"], ["b3"], name="deconv1", strides=[2, 2],
+          kernel_shape=[2, 2]),
+        C("Relu", ["b3"], ["b4"], name="relu3"),
+        C("ConvTranspose", ["b4", "t2.w", "t2.b"], ["b5"], name="deconv2", strides=[2, 2],
+          kernel_shape=[2, 2]),
+        C("Sigmoid", ["b5"], ["maps"], name="sigmoid"),
+    ]
+    graph = helper.make_graph(
+        nodes, "ocr_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, "h", "w"])],
+        [helper.make_tensor_value_info("maps", TensorProto.FLOAT, [None, 1, "H", "W"])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, producer_name="collage tests/onnx/make_weights.py "
+                              "(PaddleOCR style)", opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 7
+    folder = os.path.join(root, "ocr_like-opset14")
+    fresh(folder)
+    onnx.save_model(model, os.path.join(folder, "model.onnx"))
+    x = rng.standard_normal((1, 3, 32, 48)).astype(np.float32)
+    write_case(folder, model, {"x": x}, [], {
+        "about": "a PaddleOCR-style detector head; the reference is ONNX Runtime's output",
+        "input_dims": "batch has neither size nor name; run at 1x3x32x48",
+    }, command)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures", "onnx"))
@@ -407,6 +480,7 @@ def main():
     external_cases(a.out, rng, command)
     paddle_constants(a.out, rng, command)
     ir3(a.out, rng, command)
+    ocr_like(a.out, rng, command)
 
 
 if __name__ == "__main__":

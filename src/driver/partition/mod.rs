@@ -111,7 +111,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
         Format::Json => {
             let explained: Vec<serde_json::Value> = explained
                 .iter()
-                .map(|e| report::explanation_json(program, &plan, e))
+                .map(|e| report::explanation_json(m, &g, &sources, program, &plan, e))
                 .collect();
             let mut v = report_json(m, &g, &sources, program, &plan, elapsed, &explained);
             if let Some(mm) = measurer {
@@ -133,7 +133,7 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
                 out.push_str(&format!("{}\n", render::summary_line(mm)));
             }
             for e in &explained {
-                let e = report::explanation_text(m, &g, program, &plan, e);
+                let e = report::explanation_text(m, &g, &sources, program, &plan, e);
                 out.push_str(&format!("\n{e}"));
             }
             super::out(&out)

@@ -25,6 +25,39 @@ fn op_nodes<'a>(
         .collect()
 }
 
+/// The ONNX node an operator node came from, for an imported model.
+fn onnx_node<'s>(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &'s SourceMap,
+    i: usize,
+) -> Option<&'s crate::source::ListedNode> {
+    g.graph
+        .span(m, NodeIdx(i as u32))
+        .and_then(|s| sources.listed_node(s))
+}
+
+/// Whether the model is an imported one whose spans point into a node listing: its reports
+/// name ONNX nodes (by position in the file) where a text model's name lines.
+fn is_listing(sources: &SourceMap) -> bool {
+    sources.files().any(|(_, f)| !f.nodes.is_empty())
+}
+
+/// The lowest and highest ONNX node position among a partition's operator calls.
+fn onnx_range(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &SourceMap,
+    p: &Partition,
+) -> Option<(usize, usize)> {
+    op_nodes(m, g, p)
+        .iter()
+        .filter_map(|&(i, _)| onnx_node(m, g, sources, i).map(|n| n.index))
+        .fold(None, |acc, k| {
+            Some(acc.map_or((k, k), |(a, b): (usize, usize)| (a.min(k), b.max(k))))
+        })
+}
+
 /// First and last source line of a partition's operator calls.
 fn lines(
     m: &Module,
@@ -82,7 +115,15 @@ pub fn report_table(
     let _ = writeln!(
         out,
         "  {:name_w$}  {:target_w$}  {:7}  {:>16}  {:>9}  operators",
-        "partition", "target", "device", "cost", "lines"
+        "partition",
+        "target",
+        "device",
+        "cost",
+        if is_listing(sources) {
+            "nodes"
+        } else {
+            "lines"
+        }
     );
     for p in &plan.partitions {
         let ops = op_nodes(m, g, p);
@@ -95,8 +136,13 @@ pub fn report_table(
                 .collect();
             list.join(", ")
         };
-        let lines_text = match lines(m, g, sources, p) {
-            Some((a, b)) if a == b => a.to_string(),
+        let range = if is_listing(sources) {
+            onnx_range(m, g, sources, p).map(|(a, b)| (format!("#{a}"), format!("#{b}")))
+        } else {
+            lines(m, g, sources, p).map(|(a, b)| (a.to_string(), b.to_string()))
+        };
+        let lines_text = match range {
+            Some((a, b)) if a == b => a,
             Some((a, b)) => format!("{a}-{b}"),
             None => "-".into(),
         };
@@ -184,11 +230,15 @@ pub fn report_json(
                 .inside
                 .iter()
                 .map(|i| {
-                    json!({
+                    let mut v = json!({
                         "index": i,
                         "op": g.graph.op_name(m, NodeIdx(i as u32)),
                         "binding": g.graph.binding(m, NodeIdx(i as u32)),
-                    })
+                    });
+                    if let Some(n) = onnx_node(m, g, sources, i) {
+                        v["onnx_node"] = listed_json(n);
+                    }
+                    v
                 })
                 .collect();
             let composites: Vec<serde_json::Value> = p
@@ -197,7 +247,7 @@ pub fn report_json(
                 .into_iter()
                 .map(|(label, sub)| json!({"label": label, "nodes": sub.inside.iter().collect::<Vec<_>>()}))
                 .collect();
-            json!({
+            let mut v = json!({
                 "name": p.name,
                 "target": t.name,
                 "compiler": t.compiler,
@@ -207,7 +257,11 @@ pub fn report_json(
                 "lines": lines(m, g, sources, p).map(|(a, b)| vec![a, b]),
                 "nodes": nodes,
                 "composites": composites,
-            })
+            });
+            if let Some((a, b)) = onnx_range(m, g, sources, p) {
+                v["onnx_nodes"] = json!([a, b]);
+            }
+            v
         })
         .collect();
     let baselines: serde_json::Map<String, serde_json::Value> = plan
@@ -288,14 +342,20 @@ pub fn dot(m: &Module, g: &DataflowGraph<'_>, program: &Program, plan: &Plan) ->
 pub fn explanation_text(
     m: &Module,
     g: &DataflowGraph<'_>,
+    sources: &SourceMap,
     program: &Program,
     plan: &Plan,
     e: &Explanation,
 ) -> String {
     let mut text = String::new();
+    let origin = match onnx_node(m, g, sources, e.node) {
+        Some(n) if n.name.is_empty() => format!(", ONNX node #{} {}", n.index, n.op_type),
+        Some(n) => format!(", ONNX node #{} `{}` {}", n.index, n.name, n.op_type),
+        None => String::new(),
+    };
     let _ = writeln!(
         text,
-        "{} ({}) is covered by {} candidates; the best cover costs {}.",
+        "{} ({}{origin}) is covered by {} candidates; the best cover costs {}.",
         e.binding,
         g.label[e.node],
         e.covering.len(),
@@ -344,7 +404,14 @@ pub fn explanation_text(
 }
 
 /// An explanation for the JSON report.
-pub fn explanation_json(program: &Program, plan: &Plan, e: &Explanation) -> serde_json::Value {
+pub fn explanation_json(
+    m: &Module,
+    g: &DataflowGraph<'_>,
+    sources: &SourceMap,
+    program: &Program,
+    plan: &Plan,
+    e: &Explanation,
+) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = e
         .covering
         .iter()
@@ -361,5 +428,14 @@ pub fn explanation_json(program: &Program, plan: &Plan, e: &Explanation) -> serd
             })
         })
         .collect();
-    serde_json::json!({"binding": e.binding, "node": e.node, "candidates": rows})
+    let mut v = serde_json::json!({"binding": e.binding, "node": e.node, "candidates": rows});
+    if let Some(n) = onnx_node(m, g, sources, e.node) {
+        v["onnx_node"] = listed_json(n);
+    }
+    v
+}
+
+/// An ONNX node in JSON reports: its position in the file, name and operator.
+pub fn listed_json(n: &crate::source::ListedNode) -> serde_json::Value {
+    serde_json::json!({"index": n.index, "name": n.name, "op_type": n.op_type})
 }

@@ -212,11 +212,16 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let threads = req.threads.unwrap_or_else(executor::default_threads);
 
     let mut sources = SourceMap::new();
-    let m = load_model(&mut sources, &req.model, &req.model_options)?;
+    let model_options = req.model_options.with_input_files(&req.model, &given);
+    let m = load_model(&mut sources, &req.model, &model_options)?;
     main_of(&m, &req.model)?;
     let mut others = Vec::new();
     for p in &req.compare_with {
-        let other = load_model(&mut sources, p, &req.model_options)?;
+        let other = load_model(
+            &mut sources,
+            p,
+            &req.model_options.with_input_files(p, &given),
+        )?;
         main_of(&other, p)?;
         others.push((p.clone(), other));
     }

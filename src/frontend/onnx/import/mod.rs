@@ -28,7 +28,7 @@ use crate::ir::{
     MetaObject, Module, Scalar, TensorType, Type, Var, VarId, VirtualDevice,
 };
 use crate::ops::{def_of, Op, RelCall};
-use crate::source::{FileId, SourceMap, Span};
+use crate::source::{FileId, ListedNode, SourceMap, Span};
 use rustc_hash::FxHashMap;
 
 /// The meta-table key of imported weights.
@@ -49,16 +49,6 @@ pub struct Imported {
     pub warnings: Vec<Diagnostic>,
     /// How many nodes folded into constants.
     pub folded: usize,
-}
-
-/// The node a line of a node listing describes: its position in the file, read back from the
-/// line's leading `#N`.
-pub fn node_of_line(line: &str) -> Option<usize> {
-    line.strip_prefix('#')?
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The collage dtype of an ONNX element type.
@@ -91,8 +81,8 @@ pub fn import(
 ) -> Result<Imported, Vec<Diagnostic>> {
     let (inputs, mut warnings) = bind_inputs(model, bindings)?;
     warnings.splice(0..0, model.warnings.iter().cloned());
-    let (listing_text, lines) = listing(model);
-    let listing = sources.add(model.file.clone(), listing_text);
+    let (listing_text, lines, listed) = listing(model);
+    let listing = sources.add_listing(model.file.clone(), listing_text, listed);
     let line_spans: Vec<Span> = {
         let file = sources.get(listing);
         let starts = file.line_starts();
@@ -171,17 +161,24 @@ fn input_type(i: &BoundInput) -> TensorType {
     TensorType::new(&shape, dtype_of(i.dtype))
 }
 
-/// The node listing, and for each node of `model.graph.nodes` (in that order) its line.
-fn listing(model: &Model) -> (String, Vec<usize>) {
+/// The node listing, for each node of `model.graph.nodes` (in that order) its line, and the
+/// node of each line.
+fn listing(model: &Model) -> (String, Vec<usize>, Vec<ListedNode>) {
     use std::fmt::Write;
     let mut order: Vec<usize> = (0..model.graph.nodes.len()).collect();
     order.sort_by_key(|&k| model.graph.nodes[k].index);
     let mut lines = vec![0; order.len()];
     let mut text = String::new();
     let clean = |s: &str| crate::diag::escape_controls(s).into_owned();
+    let mut listed = Vec::with_capacity(order.len());
     for (line, &k) in order.iter().enumerate() {
         let n = &model.graph.nodes[k];
         lines[k] = line;
+        listed.push(ListedNode {
+            index: n.index,
+            name: n.name.clone(),
+            op_type: n.op_type.clone(),
+        });
         let _ = write!(text, "#{} {}", n.index, clean(&n.op_type));
         if !n.name.is_empty() {
             let _ = write!(text, " `{}`", clean(&n.name));
@@ -189,7 +186,7 @@ fn listing(model: &Model) -> (String, Vec<usize>) {
         let list = |v: &[String]| v.iter().map(|s| clean(s)).collect::<Vec<_>>().join(", ");
         let _ = writeln!(text, " ({}) -> ({})", list(&n.inputs), list(&n.outputs));
     }
-    (text, lines)
+    (text, lines, listed)
 }
 
 fn cx_shape(env: &FxHashMap<String, ExprId>, tys: &[Option<Type>], name: &str) -> Option<Vec<u64>> {
@@ -496,9 +493,15 @@ impl<'m> Cx<'m> {
     }
 
     /// Makes `e` the value of the current node's output `i` (an omitted output is dropped).
+    /// The expression's binding name (what `--explain` and reports call it) becomes the
+    /// output's identifier, unless it already has one.
     pub(super) fn bind(&mut self, i: usize, e: ExprId) {
         if let Some(name) = self.node().outputs.get(i).filter(|o| !o.is_empty()) {
             self.env.insert(name.clone(), e);
+            let named = matches!(self.m.expr(e), Expr::Call { .. } | Expr::Proj { .. });
+            if named && self.m.bindings[e.index()].is_none() {
+                self.m.bindings[e.index()] = Some(names::to_ident(name).into_boxed_str());
+            }
         }
     }
 
@@ -520,17 +523,5 @@ impl<'m> Cx<'m> {
             [] => Err(self.error(E3022, "the graph has no outputs")),
             _ => self.tuple(&exprs),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listing_lines_name_their_node() {
-        assert_eq!(node_of_line("#12 Add `/h.0/Add` (a, b) -> (c)"), Some(12));
-        assert_eq!(node_of_line("12 Add"), None);
-        assert_eq!(node_of_line("#x"), None);
     }
 }

@@ -21,7 +21,8 @@ pub mod native;
 pub mod table;
 
 use crate::diag::{Diagnostic, E2301, E3004, E3005, E3006, E3010, E3022, E3023, E3025};
-use crate::frontend::onnx::{self, names, proto, shapes::Bindings, TensorData};
+use crate::frontend::onnx::shapes::{bind_constants, Bindings};
+use crate::frontend::onnx::{self, names, proto, TensorData};
 use crate::ir::Module;
 use crate::runtime::exec::data::Weights;
 use crate::runtime::exec::executor::{self, Options};
@@ -178,6 +179,8 @@ pub struct Outcome {
     pub name: String,
     /// The domain of its nodes other than the default one (empty when all are default).
     pub domain: String,
+    /// The graph inputs bound to their data as constants (see [`prepare`]).
+    pub bound: Vec<String>,
     /// How it ended.
     pub verdict: Verdict,
     /// Its wall time.
@@ -231,16 +234,17 @@ pub fn run(
     out
 }
 
-fn outcome(c: &Case, d: Done<(String, Verdict)>) -> Outcome {
-    let (domain, verdict) = match d.ended {
+fn outcome(c: &Case, d: Done<CaseResult>) -> Outcome {
+    let (domain, bound, verdict) = match d.ended {
         Ended::Returned(r) => r,
-        Ended::Panicked(m) => (domain_of(&c.dir), Verdict::Panicked(m)),
-        Ended::TimedOut => (domain_of(&c.dir), Verdict::TimedOut),
-        Ended::NotRun => (domain_of(&c.dir), Verdict::NotRun),
+        Ended::Panicked(m) => (domain_of(&c.dir), Vec::new(), Verdict::Panicked(m)),
+        Ended::TimedOut => (domain_of(&c.dir), Vec::new(), Verdict::TimedOut),
+        Ended::NotRun => (domain_of(&c.dir), Vec::new(), Verdict::NotRun),
     };
     Outcome {
         name: c.name.clone(),
         domain,
+        bound,
         verdict,
         time: d.time,
     }
@@ -273,15 +277,23 @@ pub struct Prepared {
     pub inputs: Vec<Arc<Tensor>>,
     /// The expected outputs with their ONNX names.
     pub expected: Vec<(String, Tensor)>,
+    /// The graph inputs bound to their data as constants.
+    pub bound: Vec<String>,
 }
 
-fn run_case(c: &Case, pool: &Arc<rayon::ThreadPool>, max_bytes: u64) -> (String, Verdict) {
+/// What a job of the reference run returns: the domain, the inputs bound to their data, and
+/// the verdict.
+type CaseResult = (String, Vec<String>, Verdict);
+
+fn run_case(c: &Case, pool: &Arc<rayon::ThreadPool>, max_bytes: u64) -> CaseResult {
     let domain = domain_of(&c.dir);
-    let verdict = match prepare(c, max_bytes) {
-        Ok(p) => run_prepared(&p, Backends::reference_only(), None, pool).0,
-        Err(v) => v,
-    };
-    (domain, verdict)
+    match prepare(c, max_bytes) {
+        Ok(p) => {
+            let v = run_prepared(&p, Backends::reference_only(), None, pool).0;
+            (domain, p.bound, v)
+        }
+        Err(v) => (domain, Vec::new(), v),
+    }
 }
 
 /// Runs a prepared test with `backends` (and `grouping`) on `pool` and compares its outputs;
@@ -327,24 +339,54 @@ fn check_outputs(actual: &[&Arc<Tensor>], expected: &[(String, Tensor)]) -> Verd
 }
 
 /// Loads, reads and imports a test, or says why it cannot run.
+///
+/// An input the importer needs as a value known at import time (E3025: the `axes` of a
+/// reduction, the `shape` of a `Reshape`, the `sizes` of a `Resize`, the scalars of a `Range`;
+/// node tests pass them as graph inputs) is bound to its test data as a constant
+/// ([`bind_constants`]) and the model imported again; [`Prepared::bound`] names those inputs.
 pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
-    let model = onnx::load_file(&c.dir.join("model.onnx")).map_err(from_diagnostics)?;
+    let mut model = onnx::load_file(&c.dir.join("model.onnx")).map_err(from_diagnostics)?;
     let data = c.dir.join("test_data_set_0");
-    let inputs = read_numbered(&data, "input", model.graph.inputs.len())?;
+    let inputs: Vec<(String, TensorData)> = model
+        .graph
+        .inputs
+        .iter()
+        .map(|v| v.name.clone())
+        .zip(read_numbered(&data, "input", model.graph.inputs.len())?)
+        .collect();
     let outputs = read_numbered(&data, "output", model.graph.outputs.len())?;
-    let bindings = Bindings {
-        inputs: model
-            .graph
-            .inputs
-            .iter()
-            .zip(&inputs)
-            .map(|(v, t)| (v.name.clone(), t.shape.clone()))
-            .collect(),
-        dims: Vec::new(),
+    let data_of = |name: &str| inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+    let mut bound: Vec<String> = Vec::new();
+    let module = loop {
+        let bindings = Bindings {
+            inputs: model
+                .graph
+                .inputs
+                .iter()
+                .filter_map(|v| Some((v.name.clone(), data_of(&v.name)?.shape.clone())))
+                .collect(),
+            dims: Vec::new(),
+        };
+        match onnx::import::import(&model, &bindings, &mut SourceMap::new()) {
+            Ok(imported) => break imported.module,
+            Err(ds) => {
+                let wanted = needed_at_import(&model, &ds);
+                if wanted.is_empty() {
+                    return Err(from_diagnostics(ds));
+                }
+                bind_constants(&mut model, |name| {
+                    wanted
+                        .iter()
+                        .any(|w| w == name)
+                        .then(|| data_of(name))
+                        .flatten()
+                        .cloned()
+                })
+                .map_err(from_diagnostics)?;
+                bound.extend(wanted);
+            }
+        }
     };
-    let module = onnx::import::import(&model, &bindings, &mut SourceMap::new())
-        .map_err(from_diagnostics)?
-        .module;
     let main = module
         .main()
         .ok_or_else(|| Verdict::Error("the imported module has no `@main`".into()))?;
@@ -360,17 +402,16 @@ pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
     let mut args = Vec::new();
     for &p in &module.func(main).params {
         let ident = &module.var(p).name;
-        let at = model
-            .graph
-            .inputs
+        let t = inputs
             .iter()
-            .position(|v| names::to_ident(&v.name) == *ident)
+            .find(|(n, _)| names::to_ident(n) == *ident)
+            .map(|(_, t)| t)
             .ok_or_else(|| {
                 Verdict::Error(format!(
                     "`@main` has a parameter `%{ident}` that is no graph input"
                 ))
             })?;
-        args.push(Arc::new(to_tensor(&inputs[at]).map_err(Verdict::Error)?));
+        args.push(Arc::new(to_tensor(t).map_err(Verdict::Error)?));
     }
     let expected = model
         .graph
@@ -384,7 +425,43 @@ pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
         module,
         inputs: args,
         expected,
+        bound,
     })
+}
+
+/// The graph inputs that E3025 diagnostics need known at import time: those their messages
+/// name in backquotes, else the graph inputs of the node they are about.
+fn needed_at_import(model: &onnx::Model, ds: &[Diagnostic]) -> Vec<String> {
+    let is_input = |n: &str| model.graph.inputs.iter().any(|v| v.name == n);
+    let mut out: Vec<String> = Vec::new();
+    for d in ds.iter().filter(|d| d.code == E3025) {
+        let mut named: Vec<String> = d
+            .message
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| is_input(n))
+            .map(str::to_string)
+            .collect();
+        if named.is_empty() {
+            let node = d.place.as_ref().and_then(|p| p.node.as_ref());
+            if let Some(node) =
+                node.and_then(|p| model.graph.nodes.iter().find(|n| n.index == p.index))
+            {
+                named = node
+                    .present_inputs()
+                    .filter(|n| is_input(n))
+                    .map(str::to_string)
+                    .collect();
+            }
+        }
+        for n in named {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
 }
 
 /// Reads `{what}_0.pb` ... `{what}_{n-1}.pb` from `dir`.
@@ -713,6 +790,107 @@ mod tests {
             "a value that is not a tensor"
         );
         assert_eq!(n("something else"), "something else");
+    }
+
+    /// Writes a node-test folder: a `ReduceSum` over the `axes` input (a graph input, as node
+    /// tests pass it), or `op` in its place, and `expected` as the output.
+    fn write_case(root: &Path, name: &str, op: &str, expected: &[f32]) -> Case {
+        use crate::frontend::onnx::builder as b;
+        let dir = root.join(name);
+        std::fs::create_dir_all(dir.join("test_data_set_0")).unwrap();
+        let g = b::graph(
+            vec![b::node(
+                op,
+                &["x", "axes"],
+                &["y"],
+                vec![b::attr_int("keepdims", 0)],
+            )],
+            vec![
+                b::value("x", b::code::FLOAT, &["2", "3"]),
+                b::value("axes", b::code::INT64, &["1"]),
+            ],
+            vec![b::value("y", b::code::FLOAT, &["2"])],
+            Vec::new(),
+        );
+        std::fs::write(dir.join("model.onnx"), b::encode(&b::model(13, g))).unwrap();
+        let pb = |t: proto::TensorProto, f: &str| {
+            std::fs::write(dir.join("test_data_set_0").join(f), t.encode_to_vec()).unwrap()
+        };
+        pb(
+            b::f32s("x", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            "input_0.pb",
+        );
+        pb(b::i64s("axes", &[1], &[1]), "input_1.pb");
+        pb(b::f32s("y", &[2], expected), "output_0.pb");
+        Case {
+            name: name.into(),
+            dir,
+        }
+    }
+
+    #[test]
+    fn test_folders_run_end_to_end() {
+        let t = tempfile::tempdir().unwrap();
+        write_case(t.path(), "test_sum", "ReduceSum", &[6.0, 15.0]);
+        write_case(t.path(), "test_sum_wrong", "ReduceSum", &[6.0, 15.5]);
+        write_case(t.path(), "test_unknown", "NoSuchOperator", &[6.0, 15.0]);
+        std::fs::create_dir_all(t.path().join("test_garbage")).unwrap();
+        std::fs::write(t.path().join("test_garbage/model.onnx"), b"not onnx").unwrap();
+        std::fs::create_dir_all(t.path().join("not_a_test")).unwrap();
+        let cs = cases(t.path()).unwrap();
+        let names: Vec<&str> = cs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["test_garbage", "test_sum", "test_sum_wrong", "test_unknown"]
+        );
+        let mut told = Vec::new();
+        let out = run(&cs, &Limits::default(), &mut |k, o| {
+            told.push((k, o.name.clone()))
+        });
+        assert_eq!(told.len(), 4);
+        assert!(
+            matches!(&out[0].verdict, Verdict::Error(m) if m.starts_with("E3001")),
+            "{:?}",
+            out[0]
+        );
+        assert_eq!(out[1].verdict, Verdict::Passed);
+        // The axes had to be known when importing: bound to their data.
+        assert_eq!(out[1].bound, ["axes"]);
+        assert_eq!(
+            out[2].verdict,
+            Verdict::Mismatch(
+                "output 0 (`y`): 1 of 2 elements differ; the worst at [1]: 15 against 15.5".into()
+            )
+        );
+        assert!(
+            matches!(&out[3].verdict, Verdict::Unsupported(ms)
+                if ms == &[Missing::Operator { op: "NoSuchOperator".into(), code: "E3022" }]),
+            "{:?}",
+            out[3]
+        );
+    }
+
+    #[test]
+    fn passing_tests_run_on_generated_code_too() {
+        let t = tempfile::tempdir().unwrap();
+        let cs = vec![
+            write_case(t.path(), "test_sum", "ReduceSum", &[6.0, 15.0]),
+            write_case(t.path(), "test_sum_wrong", "ReduceSum", &[6.0, 15.5]),
+        ];
+        let cache = tempfile::tempdir().unwrap();
+        let r = native::run(
+            &cs,
+            &Limits::default(),
+            crate::runtime::backend::native::Config {
+                cache_dir: Some(cache.path().to_path_buf()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(r.outcomes[0].verdict, Verdict::Passed);
+        assert!(r.outcomes[0].fallbacks.is_empty(), "{:?}", r.outcomes[0]);
+        assert!(matches!(r.outcomes[1].verdict, Verdict::Mismatch(_)));
+        // One kernel for both tests (the same group), compiled in one compiler run.
+        assert_eq!((r.stats.compiled, r.stats.compiler_runs), (1, 1));
     }
 
     #[test]

@@ -218,6 +218,15 @@ pub fn render(outcomes: &[Outcome], accepted: &[Accepted], version: &str) -> Str
                 detail = format!("accepted ({}): {detail}", a.reason);
             }
         }
+        if !o.bound.is_empty() {
+            let names: Vec<String> = o.bound.iter().map(|n| format!("`{n}`")).collect();
+            let note = format!("inputs bound to their data: {}", names.join(", "));
+            detail = if detail.is_empty() {
+                note
+            } else {
+                format!("{note}; {detail}")
+            };
+        }
         if !o.domain.is_empty() {
             detail = if detail.is_empty() {
                 format!("domain `{}`", o.domain)
@@ -333,6 +342,7 @@ mod tests {
         Outcome {
             name: name.into(),
             domain: domain.into(),
+            bound: Vec::new(),
             verdict,
             time: Duration::ZERO,
         }

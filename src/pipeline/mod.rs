@@ -19,6 +19,7 @@
 //! the command ends ([`Outcome`]).
 
 pub mod checks;
+pub mod conformance;
 pub mod diagnostics;
 pub mod execute;
 pub mod explain;

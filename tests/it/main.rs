@@ -27,6 +27,7 @@ mod mutate;
 mod native;
 mod onnx;
 mod onnx_import;
+mod onnx_conformance;
 mod ort;
 mod output;
 mod partition;

@@ -210,7 +210,13 @@ impl Cx<'_> {
         if self.shape(x)? == shape {
             return Ok(x);
         }
-        self.call(Op::Reshape, &[x], &[("newshape", ints(shape))])
+        // The shapes are concrete: a 0 is an empty extent, not "copy the input's".
+        let zero = shape.contains(&0);
+        self.call(
+            Op::Reshape,
+            &[x],
+            &[("newshape", ints(shape)), ("allowzero", boolean(zero))],
+        )
     }
 
     fn cast(&mut self, x: ExprId, to: DType) -> R<ExprId> {
@@ -302,6 +308,14 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         "Dropout" => {
             if node.outputs.get(1).is_some_and(|o| !o.is_empty()) {
                 return Err(cx.unsupported("its mask output"));
+            }
+            // From opset 12 `training_mode` is an input; dropping at random is out of scope.
+            let training = match cx.const_floats(2)? {
+                Some(v) => v.first().is_some_and(|&t| t != 0.0),
+                None => false,
+            };
+            if training || attr_int(node, "is_test", 1) == 0 && opset < 7 {
+                return Err(cx.unsupported("training mode (random dropping)"));
             }
             cx.input(0)?
         }
@@ -421,7 +435,14 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         "Flatten" => {
             let x = cx.input(0)?;
             let shape = cx.shape(x)?;
-            let axis = cx.axis(attr_int(node, "axis", 1), shape.len() + 1)?;
+            // The axis may be the rank itself (everything in the outer extent).
+            let rank = shape.len() as i64;
+            let a = attr_int(node, "axis", 1);
+            let a = if a < 0 { a + rank } else { a };
+            if !(0..=rank).contains(&a) {
+                return Err(cx.unsupported(format_args!("axis {a} for rank {rank}")));
+            }
+            let axis = a as usize;
             let outer: i64 = shape[..axis].iter().product();
             let inner: i64 = shape[axis..].iter().product();
             cx.reshape(x, &[outer, inner])?
@@ -1059,12 +1080,38 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         return Err(cx.unsupported("strides, dilations or input of another rank"));
     }
     let pads = conv_pads(cx, node, &sx[2..], &kernel, &strides, &dilations)?;
+    // With `ceil_mode`, ONNX (like PyTorch) drops a last window that would start in the end
+    // padding; where every axis's would, the floor rule gives the same windows.
+    let mut ceil = attr_int(node, "ceil_mode", 0) != 0;
+    if ceil {
+        let drops = (0..n).all(|i| {
+            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
+            let out = (span + strides[i] - 1) / strides[i] + 1;
+            let floor = span / strides[i] + 1;
+            out == floor || (out - 1) * strides[i] >= sx[i + 2] + pads[i]
+        });
+        let any_drop = (0..n).any(|i| {
+            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
+            let out = (span + strides[i] - 1) / strides[i] + 1;
+            out != span / strides[i] + 1 && (out - 1) * strides[i] >= sx[i + 2] + pads[i]
+        });
+        if any_drop {
+            if !drops {
+                return Err(cx.unsupported(
+                    "ceil_mode where one axis keeps its last partial window and another drops it",
+                ));
+            }
+            ceil = false;
+        }
+    }
     let mut attrs = vec![
         ("pool_size", ints(&kernel)),
         ("strides", ints(&strides)),
         ("dilation", ints(&dilations)),
         ("padding", ints(&pads)),
-        ("ceil_mode", boolean(attr_int(node, "ceil_mode", 0) != 0)),
+        ("ceil_mode", boolean(ceil)),
     ];
     if !max {
         attrs.push((
@@ -1177,6 +1224,41 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
         || sizes.iter().sum::<i64>() != extent
     {
         return Err(cx.unsupported(format_args!("sizes {sizes:?} for extent {extent}")));
+    }
+    if sizes.contains(&0) {
+        // Empty parts: collage's split takes strictly ascending inner indices, so each part
+        // is a slice (an empty one a constant).
+        let d = cx.dtype_of_expr(x)?;
+        let mut at = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut part = shape.clone();
+            part[axis] = n;
+            let e = if n == 0 {
+                cx.call(
+                    Op::Zeros,
+                    &[],
+                    &[("shape", ints(&part)), ("dtype", string(&d.to_string()))],
+                )?
+            } else {
+                let mut begin = vec![0; shape.len()];
+                begin[axis] = at;
+                let mut end = shape.clone();
+                end[axis] = at + n;
+                cx.call(
+                    Op::StridedSlice,
+                    &[x],
+                    &[
+                        ("begin", ints(&begin)),
+                        ("end", ints(&end)),
+                        ("strides", ints(&vec![1; shape.len()])),
+                        ("axes", AttrValue::None),
+                    ],
+                )?
+            };
+            cx.bind(i, e);
+            at += n;
+        }
+        return Ok(());
     }
     let mut indices = Vec::new();
     let mut at = 0;
@@ -1481,6 +1563,38 @@ fn reduce(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
         _ => (0..rank as i64).collect(),
     };
     let attrs = [("axis", ints(&axes)), ("keepdims", boolean(keepdims))];
+    let shape = cx.shape(x)?;
+    if axes.iter().any(|&a| shape[a as usize] == 0) {
+        // A reduction over nothing is the operation's identity (ONNX: -inf for a maximum, inf
+        // for a minimum, 0 for sums, 1 for a product; a log of 0 is -inf).
+        let d = cx.dtype_of_expr(x)?;
+        let value = match node.op_type.as_str() {
+            "ReduceMax" if d.is_float() => f64::NEG_INFINITY,
+            "ReduceMin" if d.is_float() => f64::INFINITY,
+            "ReduceMax" | "ReduceMin" => {
+                return Err(cx.unsupported("an integer maximum or minimum over nothing"))
+            }
+            "ReduceProd" => 1.0,
+            "ReduceLogSum" | "ReduceLogSumExp" => f64::NEG_INFINITY,
+            "ReduceMean" => f64::NAN,
+            _ => 0.0,
+        };
+        let out: Vec<i64> = shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &e)| match (axes.contains(&(i as i64)), keepdims) {
+                (false, _) => Some(e),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let fill = cx.scalar(value, d);
+        return cx.call(
+            Op::Full,
+            &[fill],
+            &[("shape", ints(&out)), ("dtype", string(&d.to_string()))],
+        );
+    }
     match node.op_type.as_str() {
         "ReduceMean" => cx.call(Op::Mean, &[x], &attrs),
         "ReduceSum" => cx.call(Op::Sum, &[x], &attrs),

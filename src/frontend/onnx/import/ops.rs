@@ -875,6 +875,17 @@ fn gemm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     Ok(y)
 }
 
+/// `total` padding split between the beginning and the end of an axis as `auto_pad` says: the
+/// odd one at the end (`SAME_UPPER`) or at the beginning (`SAME_LOWER`).
+fn split_pad(total: i64, lower: bool) -> (i64, i64) {
+    let small = total / 2;
+    if lower {
+        (total - small, small)
+    } else {
+        (small, total - small)
+    }
+}
+
 /// Explicit padding per spatial axis, `[begin..., end...]`, from `pads` or `auto_pad`.
 fn conv_pads(
     cx: &Cx<'_>,
@@ -905,14 +916,9 @@ fn conv_pads(
                 let out = (input[i] + strides[i] - 1) / strides[i];
                 let eff = (kernel[i] - 1) * dilations[i] + 1;
                 let total = ((out - 1) * strides[i] + eff - input[i]).max(0);
-                let small = total / 2;
-                if mode == "SAME_UPPER" {
-                    begin.push(small);
-                    end.push(total - small);
-                } else {
-                    begin.push(total - small);
-                    end.push(small);
-                }
+                let (b, e) = split_pad(total, mode == "SAME_LOWER");
+                begin.push(b);
+                end.push(e);
             }
             begin.extend(end);
             Ok(begin)
@@ -1000,11 +1006,7 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
                 end.push(0);
                 continue;
             }
-            let (b, e) = if attr_str(node, "auto_pad", "NOTSET") == "SAME_LOWER" {
-                (total - total / 2, total / 2)
-            } else {
-                (total / 2, total - total / 2)
-            };
+            let (b, e) = split_pad(total, attr_str(node, "auto_pad", "NOTSET") == "SAME_LOWER");
             begin.push(b);
             end.push(e);
         }
@@ -1025,11 +1027,7 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
                 let mut end = Vec::new();
                 for i in 0..n {
                     let total = (full(i) + out_pad[i] - sx[i + 2] * strides[i]).max(0);
-                    let (b, e) = if mode == "SAME_LOWER" {
-                        (total - total / 2, total / 2)
-                    } else {
-                        (total / 2, total - total / 2)
-                    };
+                    let (b, e) = split_pad(total, mode == "SAME_LOWER");
                     begin.push(b);
                     end.push(e);
                 }

@@ -131,8 +131,8 @@ impl ModelOptions {
         for (name, file) in given {
             let onnx = crate::frontend::onnx::names::from_ident(name).unwrap_or(name.clone());
             let sized = self.input_shapes.iter().any(|s| {
-                s.rsplit_once('=')
-                    .is_some_and(|(n, _)| n == name || n == onnx)
+                crate::frontend::onnx::shapes::parse_input_shape(s)
+                    .is_ok_and(|(n, _)| n == *name || n == onnx)
             });
             if sized {
                 continue;

@@ -10,8 +10,8 @@ use super::{Cx, R};
 use crate::diag::{E3016, E3022, E3023, E3025};
 use crate::frontend::onnx::model::{AttrValue as A, Node};
 use crate::frontend::onnx::tensor::DType as OnnxDType;
-use crate::ir::{AttrValue, DType, ExprId};
-use crate::ops::Op;
+use crate::ir::{AttrValue, DType, Dim, ExprId};
+use crate::ops::{rel, Op};
 
 /// The highest rank an axes list, shape or permutation may describe.
 const MAX_RANK: usize = 64;
@@ -724,29 +724,14 @@ fn clip(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     }
 }
 
-/// numpy's broadcast of two shapes, or `None` when they do not broadcast.
+/// numpy's broadcast of two static shapes ([`rel::broadcast_shapes`] on fixed extents), or
+/// `None` when they do not broadcast.
 fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
-    let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => return None,
-        };
-    }
-    Some(out)
+    let dims = |v: &[i64]| v.iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>();
+    rel::broadcast_shapes(&dims(a), &dims(b))?
+        .iter()
+        .map(Dim::fixed)
+        .collect()
 }
 
 /// The concrete shape of a `Reshape`: `0` copies the input's extent (unless `allowzero`), and
@@ -875,6 +860,17 @@ fn gemm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     Ok(y)
 }
 
+/// The `strides` and `dilations` of a node over `n` spatial axes (default 1 each), checked
+/// against `n` and against the input's rank `n + 2`.
+fn spatial(cx: &Cx<'_>, node: &Node, n: usize, input: &[i64]) -> R<(Vec<i64>, Vec<i64>)> {
+    let strides = attr_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
+    let dilations = attr_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
+    if strides.len() != n || dilations.len() != n || input.len() != n + 2 {
+        return Err(cx.unsupported("strides, dilations or input of another rank"));
+    }
+    Ok((strides, dilations))
+}
+
 /// `total` padding split between the beginning and the end of an axis as `auto_pad` says: the
 /// odd one at the end (`SAME_UPPER`) or at the beginning (`SAME_LOWER`).
 fn split_pad(total: i64, lower: bool) -> (i64, i64) {
@@ -940,11 +936,7 @@ fn conv(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         _ => return Err(cx.unsupported(format_args!("a weight of rank {}", sw.len()))),
     };
     let kernel = sw[2..].to_vec();
-    let strides = attr_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
-    let dilations = attr_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
-    if strides.len() != n || dilations.len() != n || sx.len() != n + 2 {
-        return Err(cx.unsupported("strides, dilations or input of another rank"));
-    }
+    let (strides, dilations) = spatial(cx, node, n, &sx)?;
     let pads = conv_pads(cx, node, &sx[2..], &kernel, &strides, &dilations)?;
     let groups = attr_int(node, "group", 1);
     let mut y = cx.call(
@@ -977,10 +969,9 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         _ => return Err(cx.unsupported(format_args!("a weight of rank {}", sw.len()))),
     };
     let kernel = sw[2..].to_vec();
-    let strides = attr_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
-    let dilations = attr_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
+    let (strides, dilations) = spatial(cx, node, n, &sx)?;
     let mut out_pad = attr_ints(node, "output_padding").unwrap_or_else(|| vec![0; n]);
-    if strides.len() != n || dilations.len() != n || out_pad.len() != n || sx.len() != n + 2 {
+    if out_pad.len() != n {
         return Err(cx.unsupported("strides, dilations or input of another rank"));
     }
     cx.within("a stride", &strides, 1, MAX_STRIDE)?;
@@ -1072,29 +1063,28 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         (3, false) => Op::AvgPool3d,
         _ => return Err(cx.unsupported(format_args!("{n} spatial axes"))),
     };
-    let strides = attr_ints(node, "strides").unwrap_or_else(|| vec![1; n]);
-    let dilations = attr_ints(node, "dilations").unwrap_or_else(|| vec![1; n]);
-    if strides.len() != n || dilations.len() != n || sx.len() != n + 2 {
-        return Err(cx.unsupported("strides, dilations or input of another rank"));
-    }
+    let (strides, dilations) = spatial(cx, node, n, &sx)?;
     let pads = conv_pads(cx, node, &sx[2..], &kernel, &strides, &dilations)?;
     // With `ceil_mode`, ONNX (like PyTorch) drops a last window that would start in the end
     // padding; where every axis's would, the floor rule gives the same windows.
     let mut ceil = attr_int(node, "ceil_mode", 0) != 0;
     if ceil {
-        let drops = (0..n).all(|i| {
-            let eff = (kernel[i] - 1) * dilations[i] + 1;
-            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
-            let out = (span + strides[i] - 1) / strides[i] + 1;
-            let floor = span / strides[i] + 1;
-            out == floor || (out - 1) * strides[i] >= sx[i + 2] + pads[i]
-        });
-        let any_drop = (0..n).any(|i| {
-            let eff = (kernel[i] - 1) * dilations[i] + 1;
-            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
-            let out = (span + strides[i] - 1) / strides[i] + 1;
-            out != span / strides[i] + 1 && (out - 1) * strides[i] >= sx[i + 2] + pads[i]
-        });
+        // Per axis: whether ceil_mode adds a window, and whether that window starts in the
+        // end padding (and so is dropped).
+        let axes: Vec<(bool, bool)> = (0..n)
+            .map(|i| {
+                let eff = (kernel[i] - 1) * dilations[i] + 1;
+                let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
+                let out = (span + strides[i] - 1) / strides[i] + 1;
+                let partial = out != span / strides[i] + 1;
+                (
+                    partial,
+                    partial && (out - 1) * strides[i] >= sx[i + 2] + pads[i],
+                )
+            })
+            .collect();
+        let drops = axes.iter().all(|&(partial, dropped)| !partial || dropped);
+        let any_drop = axes.iter().any(|&(_, dropped)| dropped);
         if any_drop {
             if !drops {
                 return Err(cx.unsupported(

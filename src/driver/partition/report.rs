@@ -112,6 +112,7 @@ pub fn report_table(
         .max()
         .unwrap_or(6)
         .max(6);
+    let listing = is_listing(sources);
     let _ = writeln!(
         out,
         "  {:name_w$}  {:target_w$}  {:7}  {:>16}  {:>9}  operators",
@@ -119,11 +120,7 @@ pub fn report_table(
         "target",
         "device",
         "cost",
-        if is_listing(sources) {
-            "nodes"
-        } else {
-            "lines"
-        }
+        if listing { "nodes" } else { "lines" }
     );
     for p in &plan.partitions {
         let ops = op_nodes(m, g, p);
@@ -136,7 +133,7 @@ pub fn report_table(
                 .collect();
             list.join(", ")
         };
-        let range = if is_listing(sources) {
+        let range = if listing {
             onnx_range(m, g, sources, p).map(|(a, b)| (format!("#{a}"), format!("#{b}")))
         } else {
             lines(m, g, sources, p).map(|(a, b)| (a.to_string(), b.to_string()))

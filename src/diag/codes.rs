@@ -296,7 +296,7 @@ codes! {
     /// `collage bench --onnxruntime always`: ONNX Runtime's placement could not run.
     E2421 = "E2421", "ONNX Runtime placement failed";
     /// ONNX Runtime's placement in `collage bench` is skipped (a warning).
-    W2420 = "W2420", "ONNX Runtime skipped";
+    W2422 = "W2422", "ONNX Runtime skipped";
 
     /// ONNX Runtime was asked for on a machine without it (not found, or refused).
     E2440 = "E2440", "ONNX Runtime not available";

@@ -6,7 +6,7 @@
 //! rounds ([`super::placements`]).
 //!
 //! [`decide`] says, before anything is partitioned, whether the placement is part of the bench
-//! ([`When`]): only for ONNX models, skipped with W2420 when the library is missing, unless it
+//! ([`When`]): only for ONNX models, skipped with W2422 when the library is missing, unless it
 //! was asked for (`--onnxruntime always`: E2440 without the library, E2420 for a model that is
 //! not an ONNX file). [`open`] builds and checks it once the reference outputs are known.
 
@@ -61,7 +61,7 @@ pub struct Plan {
 }
 
 /// Whether ONNX Runtime is a placement of this bench (`None`: it is not, and nothing is said).
-/// A missing library is W2420 (the row says why), or E2440 (exit 2) when it was asked for;
+/// A missing library is W2422 (the row says why), or E2440 (exit 2) when it was asked for;
 /// asking for it on a model that is not an ONNX file is E2420 (exit 2).
 pub fn decide(
     when: When,
@@ -97,7 +97,7 @@ pub fn decide(
             return Err(Outcome::Usage);
         }
         diag::emit_alone(Diagnostic::warning(
-            diag::W2420,
+            diag::W2422,
             format!("ONNX Runtime is skipped: {}", ffi::unavailable_message(why)),
         ));
     }

@@ -384,7 +384,7 @@ fn bench_runs_onnx_runtime_beside_the_placements() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(!err.contains("W2420"), "{err}");
+    assert!(!err.contains("W2422"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["placements"]
         .as_array()
@@ -509,7 +509,7 @@ fn bench_gives_onnx_runtime_the_same_token_ids() {
 }
 
 /// Without the library, bench on an ONNX file still runs the other placements and lists ONNX
-/// Runtime as skipped with the reason (W2420, exit 0); asked for with `--onnxruntime always`,
+/// Runtime as skipped with the reason (W2422, exit 0); asked for with `--onnxruntime always`,
 /// it is E2440 (exit 2) before anything is partitioned; asked for on a Relay model, E2420;
 /// `--onnxruntime never` leaves it out.
 #[test]
@@ -525,7 +525,7 @@ fn bench_skips_onnx_runtime_without_the_library() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("W2420"), "{err}");
+    assert!(err.contains("W2422"), "{err}");
     assert!(err.contains("ONNX Runtime is skipped"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let o = placement(&v, "onnxruntime");
@@ -584,7 +584,7 @@ fn bench_skips_onnx_runtime_without_the_library() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(!err.contains("W2420"), "{err}");
+    assert!(!err.contains("W2422"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["placements"]
         .as_array()

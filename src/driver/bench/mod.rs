@@ -87,16 +87,6 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         ..req.measure.clone()
     };
     measuring::quiet_openmp();
-    let front = req
-        .model_options
-        .format
-        .unwrap_or_else(|| pipeline::load::FrontEnd::of(&req.model));
-    let ort_plan = onnxruntime::decide(
-        req.onnxruntime,
-        &req.model,
-        front == pipeline::load::FrontEnd::Onnx,
-        threads,
-    )?;
     let bar = Bar::new(false, req.progress);
     let mut sources = SourceMap::new();
     let inputs = Inputs {
@@ -113,6 +103,17 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         measure: &margs,
     };
     let prepared = pipeline::prepare(&mut sources, &inputs, &check_outputs)?;
+    // ONNX Runtime, decided once the model is read and before anything is measured.
+    let front = req
+        .model_options
+        .format
+        .unwrap_or_else(|| pipeline::load::FrontEnd::of(&req.model));
+    let ort_plan = onnxruntime::decide(
+        req.onnxruntime,
+        &req.model,
+        front == pipeline::load::FrontEnd::Onnx,
+        threads,
+    )?;
     let (m, program) = (&prepared.model.module, &prepared.program);
     let measurer = prepared.estimator.measurer.as_deref();
     let own_setup;
@@ -192,7 +193,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
 }
 
 /// ONNX Runtime's placement skipped although its library loaded (the model cannot be opened or
-/// run by it, or its outputs cannot be matched): W2420, or E2421 when it was asked for. (A
+/// run by it, or its outputs cannot be matched): W2422, or E2421 when it was asked for. (A
 /// missing library was said before partitioning.)
 fn ort_failure(plan: &onnxruntime::Plan, rows: &[Row]) -> Option<Diagnostic> {
     plan.runtime.as_ref().ok()?;
@@ -206,7 +207,7 @@ fn ort_failure(plan: &onnxruntime::Plan, rows: &[Row]) -> Option<Diagnostic> {
             format!("ONNX Runtime's placement could not run: {why}"),
         )
     } else {
-        Diagnostic::warning(diag::W2420, format!("ONNX Runtime is skipped: {why}"))
+        Diagnostic::warning(diag::W2422, format!("ONNX Runtime is skipped: {why}"))
     })
 }
 

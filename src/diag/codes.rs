@@ -6,7 +6,8 @@
 //! files and I/O (`E095x`-`E097x`: command-line flags and their limits), `E10xx`-`E18xx` the
 //! rules language, `E21xx` partitioning, `E22xx` the bounds of candidate enumeration, `E23xx`
 //! execution, `E24xx` measurement (`E2440`-`E2459` ONNX Runtime), `E30xx` the ONNX front end
-//! (decoding, weights, validation, shape binding and folding). A `W` code is a warning numbered
+//! (decoding, weights, validation, shape binding and folding), `E3900`-`E3919` the Python
+//! API. A `W` code is a warning numbered
 //! in the same ranges (its number differs from every `E` code's).
 
 use super::Code;
@@ -369,6 +370,10 @@ codes! {
     /// A shape computation whose result would exceed the folding limit is left unfolded (a
     /// warning).
     W3054 = "W3054", "shape computation left unfolded";
+    /// `Session.run` without a value for one of the model's inputs.
+    E3900 = "E3900", "missing input";
+    /// An output whose element type NumPy has no type for (`bfloat16`).
+    E3901 = "E3901", "output type without a numpy dtype";
 }
 
 #[cfg(test)]

@@ -465,9 +465,72 @@ fn severity_word(d: &Diagnostic) -> &'static str {
     }
 }
 
-/// Writes diagnostics to standard error, coloured when standard error is a terminal.
+/// A diagnostic as it was emitted while [`capture`] held the emissions of its thread: the code,
+/// the severity, the message and the text standard error would have shown (uncoloured).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Emitted {
+    /// Error or warning.
+    pub severity: Severity,
+    /// The stable code.
+    pub code: Code,
+    /// The message alone.
+    pub message: String,
+    /// The whole rendered diagnostic: position, source line, labels and notes.
+    pub rendered: String,
+}
+
+std::thread_local! {
+    /// The diagnostics emitted on this thread inside [`capture`] (`None`: not capturing).
+    static CAPTURED: std::cell::RefCell<Option<Vec<Emitted>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the diagnostics this thread emits ([`emit_stderr`], [`emit_alone`]) collected
+/// instead of written to standard error, and returns them beside `f`'s result, in the order they
+/// were emitted. Used by callers that report diagnostics their own way (the Python extension
+/// raises them as exceptions and warnings). Captures nest: an inner capture takes what is
+/// emitted while it runs.
+pub fn capture<R>(f: impl FnOnce() -> R) -> (R, Vec<Emitted>) {
+    struct Restore(Option<Vec<Emitted>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            CAPTURED.with(|c| *c.borrow_mut() = outer);
+        }
+    }
+    let outer = CAPTURED.with(|c| c.borrow_mut().replace(Vec::new()));
+    let restore = Restore(outer);
+    let r = f();
+    let emitted = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    drop(restore);
+    (r, emitted)
+}
+
+/// Records `diags` when this thread is inside [`capture`]; false when it is not.
+fn captured(diags: &Diagnostics, sources: &SourceMap) -> bool {
+    CAPTURED.with(|c| {
+        let mut c = c.borrow_mut();
+        let Some(list) = c.as_mut() else {
+            return false;
+        };
+        let files = Files::new(sources);
+        list.extend(diags.iter().map(|d| Emitted {
+            severity: d.severity,
+            code: d.code,
+            message: escape_controls(&d.message).into_owned(),
+            rendered: render_with(&files, d, sources),
+        }));
+        true
+    })
+}
+
+/// Writes diagnostics to standard error, coloured when standard error is a terminal (or hands
+/// them to the [`capture`] running on this thread).
 pub fn emit_stderr(diags: &Diagnostics, sources: &SourceMap) {
     use std::io::IsTerminal;
+    if captured(diags, sources) {
+        return;
+    }
     let config = term::Config::default();
     let files = Files::new(sources);
     if std::io::stderr().is_terminal() {
@@ -600,6 +663,43 @@ mod tests {
             .find("in m.onnx, node #3 `Add_3` (Add), value `x`, opset 13")
             .expect(&text);
         assert!(place < text.find("later note").unwrap(), "{text}");
+    }
+
+    /// Inside `capture`, emitted diagnostics are returned in order, rendered as on standard
+    /// error; captures nest, and nothing is held once they end.
+    #[test]
+    fn capture_collects_emitted_diagnostics() {
+        let mut sm = SourceMap::new();
+        let f = sm.add("m.relay", "abc\n");
+        let ((), outer) = capture(|| {
+            emit_alone(Diagnostic::warning(W2107, "first"));
+            let ((), inner) = capture(|| {
+                emit_alone(Diagnostic::error(E0901, "inner"));
+            });
+            assert_eq!(inner.len(), 1);
+            assert_eq!(inner[0].code, E0901);
+            let d =
+                Diagnostic::error(E0201, "bad \u{1b}[1m").with_primary(Span::new(f, 0, 3), "here");
+            emit_stderr(&d.into(), &sm);
+        });
+        assert_eq!(outer.len(), 2);
+        assert_eq!(
+            (outer[0].code, outer[0].severity, outer[0].message.as_str()),
+            (W2107, Severity::Warning, "first")
+        );
+        assert_eq!(outer[1].code, E0201);
+        assert_eq!(outer[1].message, "bad \\u{1b}[1m");
+        assert!(
+            outer[1].rendered.contains("error[E0201]"),
+            "{}",
+            outer[1].rendered
+        );
+        assert!(
+            outer[1].rendered.contains("m.relay:1:1"),
+            "{}",
+            outer[1].rendered
+        );
+        assert!(CAPTURED.with(|c| c.borrow().is_none()));
     }
 
     #[test]

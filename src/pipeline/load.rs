@@ -40,6 +40,53 @@ impl FrontEnd {
             _ => None,
         }
     }
+
+    /// The front end that reads a model given as bytes and named `name`: by the name's
+    /// extension when it is `.onnx` or `.relay`, else by the bytes: Relay text starts with
+    /// text (a `#[version]` line, a comment or a definition), an ONNX model with a protobuf
+    /// field tag, never a printable character followed by more text.
+    pub fn of_bytes(bytes: &[u8], name: &str) -> FrontEnd {
+        match Path::new(name).extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("onnx") => return FrontEnd::Onnx,
+            Some(e) if e.eq_ignore_ascii_case("relay") => return FrontEnd::Relay,
+            _ => {}
+        }
+        let text = bytes.trim_ascii_start();
+        let relay = [&b"#"[..], b"def", b"fn", b"type", b"//", b"/*", b"v0"]
+            .iter()
+            .any(|p| text.starts_with(p));
+        if relay {
+            FrontEnd::Relay
+        } else {
+            FrontEnd::Onnx
+        }
+    }
+}
+
+/// Where a model comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A file.
+    File(&'a Path),
+    /// Bytes in memory (the Python API loads models from `bytes`).
+    Bytes {
+        /// The model.
+        bytes: &'a [u8],
+        /// How diagnostics name it.
+        name: &'a str,
+        /// The folder that files the model refers to (ONNX external data) are relative to.
+        base_dir: Option<&'a Path>,
+    },
+}
+
+impl Origin<'_> {
+    /// The model's path, or its name as a path for a model in memory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Origin::File(p) => p,
+            Origin::Bytes { name, .. } => Path::new(name),
+        }
+    }
 }
 
 /// How a model file is read: its format when the extension does not say it, and the sizes of
@@ -102,9 +149,44 @@ impl ModelOptions {
     }
 }
 
+/// Adds a model's text held in memory to the source map, as [`read_source`] adds a file's: a
+/// located E0101 at the first byte that is not UTF-8, E0901 beyond the input limit.
+pub fn add_source(sources: &mut SourceMap, name: &str, bytes: &[u8]) -> Result<FileId, Outcome> {
+    let limit = crate::source::max_input_bytes();
+    if bytes.len() as u64 > limit {
+        return Err(usage_error(
+            E0901,
+            format!("cannot read `{name}`: it is larger than the input limit of {limit} bytes"),
+        ));
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(sources.add(name.to_string(), text.to_string())),
+        Err(e) => {
+            let at = e.valid_up_to();
+            let mut text = String::from_utf8_lossy(bytes).into_owned();
+            text.truncate(text.floor_char_boundary(at + 3));
+            let d = diag::not_utf8(sources, Path::new(name), text, at, crate::diag::E0101);
+            diag::emit_stderr(&d.into(), sources);
+            Err(Outcome::InputErrors)
+        }
+    }
+}
+
 /// Loads a model file through its front end: parsed (or imported) and type-checked.
 pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Result<Module, Outcome> {
-    let front = opts.format.unwrap_or_else(|| FrontEnd::of(path));
+    model_from(sources, Origin::File(path), opts)
+}
+
+/// Loads a model from a file or from memory through its front end, as [`model`] does.
+pub fn model_from(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    opts: &ModelOptions,
+) -> Result<Module, Outcome> {
+    let front = opts.format.unwrap_or_else(|| match origin {
+        Origin::File(path) => FrontEnd::of(path),
+        Origin::Bytes { bytes, name, .. } => FrontEnd::of_bytes(bytes, name),
+    });
     if front == FrontEnd::Relay && !(opts.input_shapes.is_empty() && opts.dims.is_empty()) {
         return Err(usage_error(
             crate::diag::E0905,
@@ -115,13 +197,16 @@ pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Resul
     }
     match front {
         FrontEnd::Relay => {
-            let file = read_source(sources, path)?;
+            let file = match origin {
+                Origin::File(path) => read_source(sources, path)?,
+                Origin::Bytes { bytes, name, .. } => add_source(sources, name, bytes)?,
+            };
             crate::frontend::relay::load(sources, file).map_err(|diags| {
                 report(&diags, sources);
                 Outcome::InputErrors
             })
         }
-        FrontEnd::Onnx => onnx(sources, path, opts).map(|i| i.module),
+        FrontEnd::Onnx => onnx_from(sources, origin, opts).map(|i| i.module),
     }
 }
 
@@ -130,6 +215,15 @@ pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Resul
 pub fn onnx(
     sources: &mut SourceMap,
     path: &Path,
+    opts: &ModelOptions,
+) -> Result<crate::frontend::onnx::import::Imported, Outcome> {
+    onnx_from(sources, Origin::File(path), opts)
+}
+
+/// Imports an ONNX model from a file or from memory, as [`onnx`] does.
+pub fn onnx_from(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
     opts: &ModelOptions,
 ) -> Result<crate::frontend::onnx::import::Imported, Outcome> {
     use crate::frontend::onnx;
@@ -146,7 +240,15 @@ pub fn onnx(
         opts.dims.iter().map(String::as_str),
     )
     .map_err(|d| fail(vec![d], sources))?;
-    let model = onnx::load_file(path).map_err(|d| fail(d, sources))?;
+    let model = match origin {
+        Origin::File(path) => onnx::load_file(path),
+        Origin::Bytes {
+            bytes,
+            name,
+            base_dir,
+        } => onnx::load_bytes(::bytes::Bytes::copy_from_slice(bytes), name, base_dir),
+    }
+    .map_err(|d| fail(d, sources))?;
     let imported =
         onnx::import::import(&model, &bindings, sources).map_err(|d| fail(d, sources))?;
     if !imported.warnings.is_empty() {
@@ -214,6 +316,11 @@ pub fn planned(
     opts: &ModelOptions,
 ) -> Result<Planned, Outcome> {
     let m = model(sources, path, opts)?;
+    plan(sources, m, path)
+}
+
+/// Plans a loaded model as [`planned`] does (`path` names it in diagnostics).
+pub fn plan(sources: &SourceMap, m: Module, path: &Path) -> Result<Planned, Outcome> {
     main_of(&m, path)?;
     if !crate::analysis::devices::has_annotations(&m) {
         return Ok(Planned {

@@ -19,7 +19,9 @@
 //! the command ends ([`Outcome`]).
 
 pub mod checks;
+pub mod conformance;
 pub mod diagnostics;
+pub mod execute;
 pub mod explain;
 pub mod load;
 pub mod measuring;
@@ -150,13 +152,38 @@ pub fn prepare(
     inputs: &Inputs<'_>,
     check_outputs: &dyn Fn(&[PathBuf]) -> Result<(), Outcome>,
 ) -> Result<Prepared, Outcome> {
+    prepare_with(sources, inputs, check_outputs, &mut |sources| {
+        load::planned(sources, inputs.model, inputs.model_options)
+    })
+}
+
+/// Phases 1 to 3 as [`prepare`], for a model already loaded (the Python API's `partition`);
+/// `inputs.model` names it in diagnostics.
+pub fn prepare_loaded(
+    sources: &mut SourceMap,
+    inputs: &Inputs<'_>,
+    m: Module,
+) -> Result<Prepared, Outcome> {
+    let mut m = Some(m);
+    prepare_with(sources, inputs, &|_| Ok(()), &mut |sources| {
+        let m = m.take().ok_or(Outcome::Internal)?;
+        load::plan(sources, m, inputs.model)
+    })
+}
+
+fn prepare_with(
+    sources: &mut SourceMap,
+    inputs: &Inputs<'_>,
+    check_outputs: &dyn Fn(&[PathBuf]) -> Result<(), Outcome>,
+    model: &mut dyn FnMut(&mut SourceMap) -> Result<load::Planned, Outcome>,
+) -> Result<Prepared, Outcome> {
     let rules = load::rules(sources, inputs.rules)?;
     // Imported rules files are known only now; nothing has been written yet.
     check_outputs(&rules.files)?;
     let program = select(rules.program, inputs)?;
     require_host(&program)?;
     let estimator = estimator(sources, &program, inputs)?;
-    let model = load::planned(sources, inputs.model, inputs.model_options)?;
+    let model = model(sources)?;
     Ok(Prepared {
         program,
         estimator,

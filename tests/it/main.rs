@@ -26,6 +26,7 @@ mod modules;
 mod mutate;
 mod native;
 mod onnx;
+mod onnx_conformance;
 mod onnx_import;
 mod ort;
 mod output;

@@ -273,6 +273,24 @@ fn partitioned_and_printed_models_run_on_the_models_weights() {
         for (x, y) in a.iter().zip(&b) {
             assert_eq!(x.bytes(), y.bytes(), "{}: printed model differs", f.name());
         }
+        // `run --compare-with` says the same, with the shapes taken from the input files.
+        let mut args = vec!["run".to_string(), f.model().display().to_string()];
+        for (n, _, p) in f.inputs() {
+            args.extend(["--input".to_string(), format!("{n}={}", p.display())]);
+        }
+        args.extend(["--compare-with".to_string(), printed.display().to_string()]);
+        args.extend(reference.iter().cloned());
+        let out = collage(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("identical") && !text.contains("differ"),
+            "{text}"
+        );
     }
 }
 
@@ -629,4 +647,81 @@ fn integer_and_boolean_tensors_run() {
         let count = read_npy(&dir.path().join("output2.npy"));
         assert_eq!(count.bytes(), 2i64.to_le_bytes(), "{backend}");
     }
+}
+
+/// Runs a built model on the reference interpreter.
+fn run_proto(m: &collage::frontend::onnx::proto::ModelProto, inputs: Vec<Tensor>) -> Vec<Tensor> {
+    let imp = import_proto(m, &none()).unwrap_or_else(|d| panic!("{d:?}"));
+    let weights = Weights::new(0);
+    let mw = weights.for_module(&imp.module);
+    let x = executor::compile(&imp.module, &mw, &Options::default()).unwrap();
+    let inputs: Vec<Arc<Tensor>> = inputs.into_iter().map(Arc::new).collect();
+    let out = x.run(&inputs).unwrap();
+    out.value
+        .flatten()
+        .into_iter()
+        .map(|t| (**t).clone())
+        .collect()
+}
+
+fn f32_tensor(shape: &[usize], v: &[f32]) -> Tensor {
+    Tensor::from_slice(collage::ir::DType::F32, shape, v).unwrap()
+}
+
+/// Slices as ONNX defines them: a negative step down past the first element, and bounds that
+/// cross (an empty result); `Upsample` (opset 9) repeats pixels.
+#[test]
+fn slices_and_upsampling_follow_onnx() {
+    let slice = |starts: &[i64], ends: &[i64], steps: &[i64], out: &str| {
+        b::model(
+            13,
+            b::graph(
+                vec![b::node("Slice", &["x", "s", "e", "a", "p"], &["y"], vec![])],
+                vec![b::value("x", b::code::FLOAT, &["5"])],
+                vec![b::value("y", b::code::FLOAT, &[out])],
+                vec![
+                    b::i64s("s", &[1], starts),
+                    b::i64s("e", &[1], ends),
+                    b::i64s("a", &[1], &[0]),
+                    b::i64s("p", &[1], steps),
+                ],
+            ),
+        )
+    };
+    let x = f32_tensor(&[5], &[0.0, 1.0, 2.0, 3.0, 4.0]);
+    let y = run_proto(&slice(&[3], &[-100], &[-1], "4"), vec![x.clone()]);
+    assert_eq!(
+        y[0].bytes(),
+        f32_tensor(&[4], &[3.0, 2.0, 1.0, 0.0]).bytes()
+    );
+    let y = run_proto(&slice(&[-1], &[i64::MIN], &[-2], "3"), vec![x.clone()]);
+    assert_eq!(y[0].bytes(), f32_tensor(&[3], &[4.0, 2.0, 0.0]).bytes());
+    let y = run_proto(&slice(&[3], &[1], &[1], "0"), vec![x]);
+    assert_eq!(y[0].shape(), &[0]);
+
+    let up = b::model(
+        9,
+        b::graph(
+            vec![b::node("Upsample", &["x", "k"], &["y"], vec![])],
+            vec![b::value("x", b::code::FLOAT, &["1", "1", "2", "2"])],
+            vec![b::value("y", b::code::FLOAT, &["1", "1", "4", "6"])],
+            vec![b::f32s("k", &[4], &[1.0, 1.0, 2.0, 3.0])],
+        ),
+    );
+    let y = run_proto(&up, vec![f32_tensor(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0])]);
+    let want: Vec<f32> = [
+        [1.0f32, 1.0, 1.0, 2.0, 2.0, 2.0],
+        [3.0, 3.0, 3.0, 4.0, 4.0, 4.0],
+    ]
+    .iter()
+    .flat_map(|r| r.iter().chain(r.iter()).copied().collect::<Vec<_>>())
+    .collect();
+    let want: Vec<f32> = want[..6]
+        .iter()
+        .chain(&want[..6])
+        .chain(&want[12..18])
+        .chain(&want[12..18])
+        .copied()
+        .collect();
+    assert_eq!(y[0].bytes(), f32_tensor(&[1, 1, 4, 6], &want).bytes());
 }

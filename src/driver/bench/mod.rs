@@ -67,12 +67,37 @@ pub struct Request {
 
 /// Runs `collage bench`.
 pub fn bench_command(req: &Request) -> Outcome {
-    match bench_inner(req) {
+    let mut show = |rep: &report::Report<'_>| {
+        if let Some(path) = &req.plot {
+            super::write_output(path, &chart::plot_svg(rep))?;
+        }
+        let text = match req.format {
+            Format::Table => rep.table(),
+            Format::Json => rep.json(),
+        };
+        super::out(&text)
+    };
+    match bench_inner(req, &mut show) {
         Ok(o) | Err(o) => o,
     }
 }
 
-fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
+/// Runs `collage bench` and returns its JSON report instead of printing it (the Python API's
+/// `bench`), with how the command would end: [`Outcome::InputErrors`] when a placement's
+/// outputs differ from the reference interpreter's (E2404, reported).
+pub fn bench_json(req: &Request) -> Result<(serde_json::Value, Outcome), Outcome> {
+    let mut json = serde_json::Value::Null;
+    let outcome = bench_inner(req, &mut |rep: &report::Report<'_>| {
+        json = rep.json_value();
+        Ok(())
+    })?;
+    Ok((json, outcome))
+}
+
+fn bench_inner(
+    req: &Request,
+    show: &mut dyn FnMut(&report::Report<'_>) -> Result<(), Outcome>,
+) -> Result<Outcome, Outcome> {
     let start = Instant::now();
     req.measure.check()?;
     checks::seconds_flag("--run-budget", req.run_budget)?;
@@ -170,14 +195,7 @@ fn bench_inner(req: &Request) -> Result<Outcome, Outcome> {
         measurer,
         elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
     };
-    if let Some(path) = &req.plot {
-        super::write_output(path, &chart::plot_svg(&rep))?;
-    }
-    let text = match req.format {
-        Format::Table => rep.table(),
-        Format::Json => rep.json(),
-    };
-    super::out(&text)?;
+    show(&rep)?;
     let mut differ = differences(&rows);
     let ort_failed = ort_plan.as_ref().and_then(|p| ort_failure(p, &rows));
     match ort_failed {

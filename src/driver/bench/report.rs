@@ -300,6 +300,12 @@ impl Report<'_> {
     }
 
     pub(super) fn json(&self) -> String {
+        let v = self.json_value();
+        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+    }
+
+    /// The JSON report as a value.
+    pub(super) fn json_value(&self) -> serde_json::Value {
         use serde_json::json;
         let rows: Vec<serde_json::Value> = self
             .rows
@@ -385,7 +391,7 @@ impl Report<'_> {
         if let Some(m) = self.measurer {
             partition["measure"] = render::summary_json(m);
         }
-        let v = json!({
+        json!({
             "model": self.req.model.display().to_string(),
             "seed": self.req.measure.seed,
             "threads": self.threads,
@@ -405,7 +411,6 @@ impl Report<'_> {
                 })),
             })),
             "elapsed_ms": self.elapsed_ms,
-        });
-        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+        })
     }
 }

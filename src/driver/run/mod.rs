@@ -8,14 +8,12 @@ use super::render::Format;
 use super::{load_model, main_of, out, report, Outcome};
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::ir::Module;
-use crate::pipeline::{self, checks};
-use crate::runtime::backend::native::grouping::FuseGrouping;
-use crate::runtime::backend::native::{compile, Config, Native};
-use crate::runtime::backend::registry;
+use crate::pipeline::{checks, execute};
+use crate::runtime::backend::native::Native;
 use crate::runtime::exec::compare::{self, Diff, Purpose, Summary};
 use crate::runtime::exec::data::Weights;
-use crate::runtime::exec::executor::{self, Executable, Options};
-use crate::runtime::exec::kernel::{Backend, Backends};
+use crate::runtime::exec::executor::{self, Executable};
+use crate::runtime::exec::kernel::Backend as _;
 use crate::runtime::exec::tensor::Tensor;
 use crate::runtime::exec::value::Value;
 use crate::source::SourceMap;
@@ -63,17 +61,7 @@ pub struct Request {
     pub max_memory: Option<String>,
 }
 
-/// What runs the partitions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// Each partition on its target's backend: the native operators (the inline operators of
-    /// `@main` and `Primitive=1` functions) as generated code (FuseOps groups compiled by the C
-    /// compiler), `Compiler="dnnl"` and `Compiler="openblas"` functions on their libraries (a
-    /// missing library is E2308), falling back to the interpreter unit by unit.
-    Auto,
-    /// The reference interpreter, one operator at a time (the oracle).
-    Reference,
-}
+pub use crate::pipeline::execute::BackendChoice;
 
 fn usage(code: diag::Code, msg: String) -> Outcome {
     super::usage_error(code, msg)
@@ -113,56 +101,6 @@ fn parse_inputs(specs: &[String]) -> Result<Vec<(String, PathBuf)>, Outcome> {
         out.push((name.to_string(), PathBuf::from(file)));
     }
     Ok(out)
-}
-
-fn compile_model(
-    m: &Module,
-    weights: &Weights,
-    threads: usize,
-    native: Option<&Arc<Native>>,
-    sources: &SourceMap,
-) -> Result<Executable, Outcome> {
-    let mw = weights.for_module(m);
-    let opts = match native {
-        Some(n) => {
-            // The CPU libraries the plan's `Compiler=` partitions need (E2308 where one is
-            // missing), then generated code for the native operators.
-            let mut list = registry::libraries_for(m, threads).map_err(|errors| {
-                let mut ds = Diagnostics::new();
-                for d in errors {
-                    ds.push(d);
-                }
-                report(&ds, sources);
-                Outcome::InputErrors
-            })?;
-            list.push(n.clone() as Arc<dyn Backend>);
-            Options {
-                threads,
-                backends: Backends { list },
-                grouping: Some(Box::new(FuseGrouping::default())),
-            }
-        }
-        None => Options {
-            threads,
-            ..Options::default()
-        },
-    };
-    match executor::compile(m, &mw, &opts) {
-        Ok(x) => {
-            let mut w = Diagnostics::new();
-            for d in &x.warnings {
-                w.push(d.clone());
-            }
-            if !w.is_empty() {
-                report(&w, sources);
-            }
-            Ok(x)
-        }
-        Err(d) => {
-            report(&d, sources);
-            Err(Outcome::InputErrors)
-        }
-    }
 }
 
 fn run_once(
@@ -232,7 +170,7 @@ fn run_inner(req: &Request) -> Result<Outcome, Outcome> {
     let native = native_backend(req, threads)?;
     let weights = Weights::new(req.seed);
     let compile_start = Instant::now();
-    let x = compile_model(&m, &weights, threads, native.as_ref(), &sources)?;
+    let x = execute::compile_model(&m, &weights, threads, native.as_ref(), &sources)?;
     let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
     // What the native backend did for this model (models compared with compile later).
     let native_report = native
@@ -314,25 +252,14 @@ fn check_flags(req: &Request) -> Result<Vec<(String, PathBuf)>, Outcome> {
     parse_inputs(&req.inputs)
 }
 
-/// The native backend of `--backend auto` (none for the reference interpreter), with its kernel
-/// cache checked: refused (E2410) or replaced (W2411) before anything runs.
+/// The native backend of `--backend auto` (none for the reference interpreter).
 fn native_backend(req: &Request, threads: usize) -> Result<Option<Arc<Native>>, Outcome> {
-    let timeout = match req.compile_timeout {
-        Some(t) => std::time::Duration::from_secs_f64(t.min(1e6)),
-        None => compile::DEFAULT_TIMEOUT,
-    };
-    let place = match req.backend {
-        BackendChoice::Auto => pipeline::measuring::cache_place(req.cache_dir.as_deref())?,
-        _ => crate::runtime::measure::dir::Place::default(),
-    };
-    Ok((req.backend == BackendChoice::Auto).then(|| {
-        registry::native(Config {
-            threads,
-            cache_dir: place.dir().map(std::path::Path::to_path_buf),
-            compiler: None,
-            timeout,
-        })
-    }))
+    execute::native_backend(
+        req.backend,
+        threads,
+        req.cache_dir.as_deref(),
+        req.compile_timeout,
+    )
 }
 
 /// The inputs: files by name (checked against `@main`'s parameters), the rest drawn from the
@@ -490,7 +417,7 @@ fn compare_all(
     }
     for (path, other, oracle) in checks {
         let backend = if oracle { None } else { run.native };
-        let y = compile_model(other, run.weights, run.threads, backend, run.sources)?;
+        let y = execute::compile_model(other, run.weights, run.threads, backend, run.sources)?;
         if y.inputs != run.x.inputs {
             let show = |e: &Executable| {
                 e.inputs

@@ -248,15 +248,22 @@ pub fn load_bytes(
         let v = opsets.entry(domain.to_string()).or_insert(0);
         *v = (*v).max(o.version.unwrap_or(0));
     }
-    let Some(opset) = opsets.get("").copied().filter(|&v| v > 0) else {
-        return fail(
+    // Without the default operator set, the nodes of other domains are named first (E3004,
+    // E3006): that is what such a model (an `ai.onnx.ml` or training model) is about.
+    let default_opset = opsets.get("").copied().filter(|&v| v > 0);
+    let no_default = || {
+        fail(
             E3003,
             "the model imports no version of the default operator set (`ai.onnx`)".into(),
-        );
+        )
     };
     let Some(g) = m.graph else {
+        if default_opset.is_none() {
+            return no_default();
+        }
         return fail(E3003, "the model has no graph".into());
     };
+    let opset = default_opset.unwrap_or(1);
     let producer = [m.producer_name, m.producer_version]
         .into_iter()
         .flatten()
@@ -273,6 +280,9 @@ pub fn load_bytes(
     let graph = b.graph(g);
     if !b.errors.is_empty() {
         return Err(b.errors);
+    }
+    if default_opset.is_none() {
+        return no_default();
     }
     Ok(Model {
         file: file.to_string(),

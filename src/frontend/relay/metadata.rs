@@ -891,9 +891,12 @@ impl JsonWriter {
     }
 
     /// The index in `b64ndarrays` of the data of a constant of type `ty`, written on first use.
+    /// Constants that share their bytes (clones of one [`ConstData`]) share one NDArray. Empty
+    /// data are never shared: every empty buffer may have the same address.
     fn ndarray(&mut self, ty: &TensorType, data: &ConstData) -> Option<usize> {
         let key = (data.0.as_ptr() as usize, data.0.len(), ty.clone());
-        if let Some(&i) = self.shared_data.get(&key) {
+        let shared = self.shared_data.get(&key).filter(|_| !data.0.is_empty());
+        if let Some(&i) = shared {
             return Some(i);
         }
         let header = ndarray_header(ty, data.0.len())?;

@@ -210,7 +210,13 @@ impl Cx<'_> {
         if self.shape(x)? == shape {
             return Ok(x);
         }
-        self.call(Op::Reshape, &[x], &[("newshape", ints(shape))])
+        // The shapes are concrete: a 0 is an empty extent, not "copy the input's".
+        let zero = shape.contains(&0);
+        self.call(
+            Op::Reshape,
+            &[x],
+            &[("newshape", ints(shape)), ("allowzero", boolean(zero))],
+        )
     }
 
     fn cast(&mut self, x: ExprId, to: DType) -> R<ExprId> {
@@ -302,6 +308,14 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         "Dropout" => {
             if node.outputs.get(1).is_some_and(|o| !o.is_empty()) {
                 return Err(cx.unsupported("its mask output"));
+            }
+            // From opset 12 `training_mode` is an input; dropping at random is out of scope.
+            let training = match cx.const_floats(2)? {
+                Some(v) => v.first().is_some_and(|&t| t != 0.0),
+                None => false,
+            };
+            if training || attr_int(node, "is_test", 1) == 0 && opset < 7 {
+                return Err(cx.unsupported("training mode (random dropping)"));
             }
             cx.input(0)?
         }
@@ -421,7 +435,14 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         "Flatten" => {
             let x = cx.input(0)?;
             let shape = cx.shape(x)?;
-            let axis = cx.axis(attr_int(node, "axis", 1), shape.len() + 1)?;
+            // The axis may be the rank itself (everything in the outer extent).
+            let rank = shape.len() as i64;
+            let a = attr_int(node, "axis", 1);
+            let a = if a < 0 { a + rank } else { a };
+            if !(0..=rank).contains(&a) {
+                return Err(cx.unsupported(format_args!("axis {a} for rank {rank}")));
+            }
+            let axis = a as usize;
             let outer: i64 = shape[..axis].iter().product();
             let inner: i64 = shape[axis..].iter().product();
             cx.reshape(x, &[outer, inner])?
@@ -854,6 +875,17 @@ fn gemm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     Ok(y)
 }
 
+/// `total` padding split between the beginning and the end of an axis as `auto_pad` says: the
+/// odd one at the end (`SAME_UPPER`) or at the beginning (`SAME_LOWER`).
+fn split_pad(total: i64, lower: bool) -> (i64, i64) {
+    let small = total / 2;
+    if lower {
+        (total - small, small)
+    } else {
+        (small, total - small)
+    }
+}
+
 /// Explicit padding per spatial axis, `[begin..., end...]`, from `pads` or `auto_pad`.
 fn conv_pads(
     cx: &Cx<'_>,
@@ -884,14 +916,9 @@ fn conv_pads(
                 let out = (input[i] + strides[i] - 1) / strides[i];
                 let eff = (kernel[i] - 1) * dilations[i] + 1;
                 let total = ((out - 1) * strides[i] + eff - input[i]).max(0);
-                let small = total / 2;
-                if mode == "SAME_UPPER" {
-                    begin.push(small);
-                    end.push(total - small);
-                } else {
-                    begin.push(total - small);
-                    end.push(small);
-                }
+                let (b, e) = split_pad(total, mode == "SAME_LOWER");
+                begin.push(b);
+                end.push(e);
             }
             begin.extend(end);
             Ok(begin)
@@ -979,11 +1006,7 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
                 end.push(0);
                 continue;
             }
-            let (b, e) = if attr_str(node, "auto_pad", "NOTSET") == "SAME_LOWER" {
-                (total - total / 2, total / 2)
-            } else {
-                (total / 2, total - total / 2)
-            };
+            let (b, e) = split_pad(total, attr_str(node, "auto_pad", "NOTSET") == "SAME_LOWER");
             begin.push(b);
             end.push(e);
         }
@@ -1004,11 +1027,7 @@ fn conv_transpose(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
                 let mut end = Vec::new();
                 for i in 0..n {
                     let total = (full(i) + out_pad[i] - sx[i + 2] * strides[i]).max(0);
-                    let (b, e) = if mode == "SAME_LOWER" {
-                        (total - total / 2, total / 2)
-                    } else {
-                        (total / 2, total - total / 2)
-                    };
+                    let (b, e) = split_pad(total, mode == "SAME_LOWER");
                     begin.push(b);
                     end.push(e);
                 }
@@ -1059,12 +1078,38 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         return Err(cx.unsupported("strides, dilations or input of another rank"));
     }
     let pads = conv_pads(cx, node, &sx[2..], &kernel, &strides, &dilations)?;
+    // With `ceil_mode`, ONNX (like PyTorch) drops a last window that would start in the end
+    // padding; where every axis's would, the floor rule gives the same windows.
+    let mut ceil = attr_int(node, "ceil_mode", 0) != 0;
+    if ceil {
+        let drops = (0..n).all(|i| {
+            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
+            let out = (span + strides[i] - 1) / strides[i] + 1;
+            let floor = span / strides[i] + 1;
+            out == floor || (out - 1) * strides[i] >= sx[i + 2] + pads[i]
+        });
+        let any_drop = (0..n).any(|i| {
+            let eff = (kernel[i] - 1) * dilations[i] + 1;
+            let span = sx[i + 2] + pads[i] + pads[i + n] - eff;
+            let out = (span + strides[i] - 1) / strides[i] + 1;
+            out != span / strides[i] + 1 && (out - 1) * strides[i] >= sx[i + 2] + pads[i]
+        });
+        if any_drop {
+            if !drops {
+                return Err(cx.unsupported(
+                    "ceil_mode where one axis keeps its last partial window and another drops it",
+                ));
+            }
+            ceil = false;
+        }
+    }
     let mut attrs = vec![
         ("pool_size", ints(&kernel)),
         ("strides", ints(&strides)),
         ("dilation", ints(&dilations)),
         ("padding", ints(&pads)),
-        ("ceil_mode", boolean(attr_int(node, "ceil_mode", 0) != 0)),
+        ("ceil_mode", boolean(ceil)),
     ];
     if !max {
         attrs.push((
@@ -1178,6 +1223,41 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
     {
         return Err(cx.unsupported(format_args!("sizes {sizes:?} for extent {extent}")));
     }
+    if sizes.contains(&0) {
+        // Empty parts: collage's split takes strictly ascending inner indices, so each part
+        // is a slice (an empty one a constant).
+        let d = cx.dtype_of_expr(x)?;
+        let mut at = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut part = shape.clone();
+            part[axis] = n;
+            let e = if n == 0 {
+                cx.call(
+                    Op::Zeros,
+                    &[],
+                    &[("shape", ints(&part)), ("dtype", string(&d.to_string()))],
+                )?
+            } else {
+                let mut begin = vec![0; shape.len()];
+                begin[axis] = at;
+                let mut end = shape.clone();
+                end[axis] = at + n;
+                cx.call(
+                    Op::StridedSlice,
+                    &[x],
+                    &[
+                        ("begin", ints(&begin)),
+                        ("end", ints(&end)),
+                        ("strides", ints(&vec![1; shape.len()])),
+                        ("axes", AttrValue::None),
+                    ],
+                )?
+            };
+            cx.bind(i, e);
+            at += n;
+        }
+        return Ok(());
+    }
     let mut indices = Vec::new();
     let mut at = 0;
     for s in &sizes[..sizes.len().saturating_sub(1)] {
@@ -1232,6 +1312,8 @@ fn slice(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     let mut begin: Vec<i64> = vec![0; rank];
     let mut end: Vec<i64> = shape.clone();
     let mut stride: Vec<i64> = vec![1; rank];
+    let mut out_shape = shape.clone();
+    let mut empty = shape.contains(&0);
     for i in 0..starts.len() {
         let a = axes[i] as usize;
         let dim = shape[a];
@@ -1252,14 +1334,34 @@ fn slice(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
                 clampi(norm(ends[i]), -1, dim - 1),
             )
         };
-        if step < 0 && e < 0 {
-            // Slices running down to the first element: collage's slice bounds have no
-            // "before the start" value, so reverse and slice forwards instead.
-            return Err(cx.unsupported("a negative step that reaches the first element"));
+        // A negative step running down past the first element ends "before the start":
+        // collage's slice reads an end of -(dim + 1) so (it counts from the end, then clamps).
+        let e = if step < 0 && e < 0 { -(dim + 1) } else { e };
+        let count = if step > 0 {
+            (e - s + step - 1).max(0) / step
+        } else {
+            (s - e.max(-1) + (-step) - 1).max(0) / (-step)
+        };
+        if count == 0 {
+            empty = true;
         }
+        out_shape[a] = count;
         begin[a] = s;
         end[a] = e;
         stride[a] = step;
+    }
+    if empty {
+        // ONNX slices whose bounds cross are empty; collage's slice refuses crossed bounds,
+        // so the (empty) result is a constant.
+        let d = cx.dtype_of_expr(x)?;
+        return cx.call(
+            Op::Zeros,
+            &[],
+            &[
+                ("shape", ints(&out_shape)),
+                ("dtype", string(&d.to_string())),
+            ],
+        );
     }
     if begin.iter().all(|&b| b == 0) && end == shape && stride.iter().all(|&s| s == 1) {
         return Ok(x);
@@ -1459,6 +1561,38 @@ fn reduce(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
         _ => (0..rank as i64).collect(),
     };
     let attrs = [("axis", ints(&axes)), ("keepdims", boolean(keepdims))];
+    let shape = cx.shape(x)?;
+    if axes.iter().any(|&a| shape[a as usize] == 0) {
+        // A reduction over nothing is the operation's identity (ONNX: -inf for a maximum, inf
+        // for a minimum, 0 for sums, 1 for a product; a log of 0 is -inf).
+        let d = cx.dtype_of_expr(x)?;
+        let value = match node.op_type.as_str() {
+            "ReduceMax" if d.is_float() => f64::NEG_INFINITY,
+            "ReduceMin" if d.is_float() => f64::INFINITY,
+            "ReduceMax" | "ReduceMin" => {
+                return Err(cx.unsupported("an integer maximum or minimum over nothing"))
+            }
+            "ReduceProd" => 1.0,
+            "ReduceLogSum" | "ReduceLogSumExp" => f64::NEG_INFINITY,
+            "ReduceMean" => f64::NAN,
+            _ => 0.0,
+        };
+        let out: Vec<i64> = shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &e)| match (axes.contains(&(i as i64)), keepdims) {
+                (false, _) => Some(e),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let fill = cx.scalar(value, d);
+        return cx.call(
+            Op::Full,
+            &[fill],
+            &[("shape", ints(&out)), ("dtype", string(&d.to_string()))],
+        );
+    }
     match node.op_type.as_str() {
         "ReduceMean" => cx.call(Op::Mean, &[x], &attrs),
         "ReduceSum" => cx.call(Op::Sum, &[x], &attrs),
@@ -1534,11 +1668,24 @@ fn resize(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     };
     let out: Vec<i64> = match (sizes, scales) {
         (Some(s), _) if s.len() == 4 => s,
-        (_, Some(sc)) if sc.len() == 4 && sc.iter().all(|k| k.is_finite() && *k > 0.0) => shape
-            .iter()
-            .zip(&sc)
-            .map(|(&d, &k)| (d as f64 * k).floor().min((1u64 << 40) as f64) as i64)
-            .collect(),
+        (_, Some(sc)) if sc.len() == 4 && sc.iter().all(|k| k.is_finite() && *k > 0.0) => {
+            // collage's resize takes an output size and maps coordinates by output / input, which
+            // is the given scale only when input × scale is a whole number.
+            if let Some((d, k)) = shape
+                .iter()
+                .zip(&sc)
+                .find(|(&d, &k)| (d as f64 * k).fract() != 0.0)
+            {
+                return Err(cx.unsupported(format_args!(
+                    "scale {k} on an extent of {d} (not a whole output size)"
+                )));
+            }
+            shape
+                .iter()
+                .zip(&sc)
+                .map(|(&d, &k)| (d as f64 * k).min((1u64 << 40) as f64) as i64)
+                .collect()
+        }
         _ => return Err(cx.unsupported("neither scales nor sizes for every axis")),
     };
     cx.within("an output extent", &out, 1, 1 << 40)?;
@@ -1561,7 +1708,20 @@ fn resize(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {
     if coord == "tf_crop_and_resize" {
         return Err(cx.unsupported("coordinate_transformation_mode \"tf_crop_and_resize\""));
     }
-    let rounding = if method == "nearest_neighbor" {
+    let old = node.op_type == "Upsample" || opset < 11;
+    let rounding = if method == "nearest_neighbor" && old {
+        // Before opset 11 the nearest pixel is the floor of the source coordinate when
+        // enlarging and its ceiling when shrinking.
+        if out[2] >= shape[2] && out[3] >= shape[3] {
+            "floor"
+        } else if out[2] <= shape[2] && out[3] <= shape[3] {
+            "ceil"
+        } else {
+            return Err(cx.unsupported(
+                "nearest resizing that enlarges one axis and shrinks the other before opset 11",
+            ));
+        }
+    } else if method == "nearest_neighbor" {
         match attr_str(node, "nearest_mode", "round_prefer_floor") {
             "round_prefer_floor" => "round_prefer_floor",
             "round_prefer_ceil" => "round_prefer_ceil",

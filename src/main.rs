@@ -288,6 +288,9 @@ enum Command {
         /// `G`, `T` (default: the memory available to this process).
         #[arg(long, value_name = "SIZE")]
         max_memory: Option<String>,
+        /// ONNX Runtime on the same file as one more placement (an ONNX model only).
+        #[arg(long, value_enum, value_name = "WHEN", default_value_t = OrtArg::Auto)]
+        onnxruntime: OrtArg,
         #[command(flatten)]
         measure: MeasureFlags,
     },
@@ -551,6 +554,17 @@ enum BackendArg {
     Reference,
 }
 
+/// `collage bench --onnxruntime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OrtArg {
+    /// For an ONNX model; skipped with a warning where the library is missing.
+    Auto,
+    /// Required: an error where the model is not an ONNX file or the library is missing.
+    Always,
+    /// Never.
+    Never,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -742,6 +756,7 @@ fn run(cli: Cli) -> Outcome {
             plot,
             profile,
             max_memory,
+            onnxruntime,
             measure,
         } => {
             let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
@@ -767,6 +782,11 @@ fn run(cli: Cli) -> Outcome {
                 atol,
                 progress: measure.progress,
                 max_memory,
+                onnxruntime: match onnxruntime {
+                    OrtArg::Auto => collage::pipeline::onnxruntime::When::Auto,
+                    OrtArg::Always => collage::pipeline::onnxruntime::When::Always,
+                    OrtArg::Never => collage::pipeline::onnxruntime::When::Never,
+                },
             })
         }
         Command::Cache { action } => match action {

@@ -833,6 +833,8 @@ fn py_bench<'py>(
         atol,
         progress: false,
         max_memory: None,
+        // As the command's default: ONNX Runtime beside the placements for an ONNX model.
+        onnxruntime: collage::pipeline::onnxruntime::When::Auto,
     };
     let (json, _) = work(py, || collage::driver::bench::bench_json(&req))?;
     to_python(py, &json)

@@ -292,6 +292,13 @@ codes! {
     /// uses (a warning).
     W2412 = "W2412", "cache clear left files";
 
+    /// `collage bench --onnxruntime always` on a model that is not an ONNX file.
+    E2420 = "E2420", "ONNX Runtime needs an ONNX model";
+    /// `collage bench --onnxruntime always`: ONNX Runtime's placement could not run.
+    E2421 = "E2421", "ONNX Runtime placement failed";
+    /// ONNX Runtime's placement in `collage bench` is skipped (a warning).
+    W2422 = "W2422", "ONNX Runtime skipped";
+
     /// ONNX Runtime was asked for on a machine without it (not found, or refused).
     E2440 = "E2440", "ONNX Runtime not available";
     /// ONNX Runtime could not open a model (its message in the note).

@@ -25,6 +25,7 @@ pub mod execute;
 pub mod explain;
 pub mod load;
 pub mod measuring;
+pub mod onnxruntime;
 pub mod placements;
 
 pub use load::{main_of, read_source, rules_files};

@@ -7,8 +7,11 @@
 //! Placements: the Collage plan; the native targets alone (`tvm`); each library target with the
 //! native targets (`<target>`); each library's greedy placement (`greedy:<target>`). A placement
 //! whose partitions include a target with no backend here, or that has no cover, is skipped
-//! with the reason; one identical to a placement already run is not run twice.
+//! with the reason; one identical to a placement already run is not run twice. For an ONNX
+//! model, ONNX Runtime on the same file is one more placement (`onnxruntime`: see
+//! [`super::onnxruntime`]), checked and timed with the others.
 
+use super::onnxruntime;
 use super::{report, Outcome, Progress};
 use crate::diag::{self, Diagnostic, Diagnostics};
 use crate::ir::Module;
@@ -81,6 +84,8 @@ pub struct Row {
     pub partitions: BTreeMap<String, usize>,
     /// The outcome.
     pub status: Status,
+    /// For ONNX Runtime's placement: its version, library, settings and session opening time.
+    pub onnxruntime: Option<onnxruntime::Info>,
 }
 
 impl Row {
@@ -103,7 +108,8 @@ impl Row {
     }
 }
 
-/// The speed-up of the Collage plan over the best of native alone and the greedy placements.
+/// The speed-up of the Collage plan over the best of native alone and the greedy placements,
+/// and over ONNX Runtime when it ran.
 #[derive(Clone, Debug)]
 pub struct Speedup {
     /// The baseline placement.
@@ -112,6 +118,8 @@ pub struct Speedup {
     pub baseline_seconds: f64,
     /// The Collage plan's median latency (seconds).
     pub collage_seconds: f64,
+    /// ONNX Runtime's median latency (seconds), when its placement ran.
+    pub onnxruntime_seconds: Option<f64>,
 }
 
 /// What a placement is, for people (`native`: the native target's name).
@@ -119,6 +127,7 @@ pub fn label_of(name: &str, native: &str) -> String {
     match name.split_once(':') {
         _ if name == "collage" => "Collage plan".to_string(),
         _ if name == "tvm" => format!("{native} alone"),
+        _ if name == onnxruntime::NAME => "ONNX Runtime".to_string(),
         Some(("greedy", t)) => format!("greedy {t} (partition_for_{t})"),
         _ => format!("{name} with {native}"),
     }
@@ -136,7 +145,9 @@ pub fn native_name(program: &Program, setup: &Setup) -> String {
 /// The reference interpreter's run: the inputs every placement runs on and the outputs it is
 /// checked against.
 pub struct Reference {
-    /// The inputs (drawn from the seed).
+    /// The names of `@main`'s parameters, in order.
+    pub names: Vec<String>,
+    /// The inputs (drawn from the seed), one per parameter.
     pub inputs: Vec<Arc<Tensor>>,
     /// The outputs.
     pub expected: Vec<Arc<Tensor>>,
@@ -182,6 +193,7 @@ pub fn reference(
         }
     };
     Ok(Reference {
+        names: reference.inputs.iter().map(|p| p.name.clone()).collect(),
         inputs,
         expected,
         ms: start.elapsed().as_secs_f64() * 1e3,
@@ -209,6 +221,8 @@ pub struct Bench<'a> {
     /// The measurement database, locked while the placements are timed (so measuring sessions
     /// do not time at once).
     pub lock: Option<&'a Path>,
+    /// ONNX Runtime, when it is a placement ([`onnxruntime::decide`]).
+    pub onnxruntime: Option<&'a onnxruntime::Plan>,
 }
 
 /// The placements of a plan, by name, with their estimated costs and chosen candidates
@@ -242,6 +256,7 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
             estimated: *estimated,
             partitions: BTreeMap::new(),
             status: Status::Skipped(String::new()),
+            onnxruntime: None,
         };
         let Some(chosen) = chosen else {
             row.status = Status::Skipped("no cover by candidates with usable costs".into());
@@ -284,26 +299,85 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
         rows.push(row);
     }
     progress.steps(placements.len(), placements.len());
+    // ONNX Runtime last: opened, run once and checked like the others.
+    let mut ort: Option<(usize, onnxruntime::Ready)> = None;
+    if let Some(plan) = bench.onnxruntime {
+        let mut row = Row {
+            name: onnxruntime::NAME.to_string(),
+            label: label_of(onnxruntime::NAME, &native),
+            estimated: None,
+            partitions: BTreeMap::new(),
+            status: Status::Skipped(String::new()),
+            onnxruntime: None,
+        };
+        match &plan.runtime {
+            Err(why) => row.status = Status::Skipped(why.clone()),
+            Ok(rt) => {
+                row.label = format!("ONNX Runtime {}", rt.version);
+                progress.phase("opening ONNX Runtime", 0);
+                match onnxruntime::open(rt, plan, bench.reference, &|a, b| check(bench, a, b)) {
+                    Ok(r) => {
+                        row.onnxruntime = Some(r.info.clone());
+                        ort = Some((rows.len(), r));
+                    }
+                    Err(why) => row.status = Status::Skipped(why),
+                }
+            }
+        }
+        rows.push(row);
+    }
     progress.phase("timing placements", bench.settings.max_repeats);
+    let ort_row = ort.as_ref().map(|(k, _)| *k);
+    let mut ort_ready = ort.map(|(_, r)| r);
     let timed = {
         let _guard = bench
             .lock
             .and_then(|p| crate::runtime::measure::db::lock(p).ok());
-        let built: Vec<&Ready> = ready.iter().map(|(_, r)| r).collect();
+        let mut entries: Vec<Entry<'_>> = ready.iter().map(|(_, r)| Entry::Collage(r)).collect();
+        if let Some(r) = ort_ready.as_mut() {
+            entries.push(Entry::OnnxRuntime(r));
+        }
         time_together(
-            &built,
+            &mut entries,
             &bench.reference.inputs,
             &bench.settings,
             &|done, total| progress.steps(done, total),
         )
     };
-    for ((k, r), t) in ready.into_iter().zip(timed) {
+    let mut timed = timed.into_iter();
+    for ((k, r), t) in ready.into_iter().zip(timed.by_ref()) {
         rows[k].status = match t {
             Ok(timing) => r.finish(bench.program, timing),
             Err(why) => Status::Skipped(why),
         };
     }
+    if let (Some(k), Some(r), Some(t)) = (ort_row, ort_ready, timed.next()) {
+        rows[k].status = match t {
+            Ok(t) => Status::Ran {
+                timing: t.timing,
+                kernels: BTreeMap::new(),
+                fallbacks: 0,
+                diffs: r.diffs,
+                profile: Vec::new(),
+            },
+            Err(why) => Status::Skipped(why),
+        };
+    }
     rows
+}
+
+/// One output of a placement against the reference interpreter's: the difference and the
+/// tolerances (`--rtol`/`--atol`, else [`compare::tolerance`] for placements).
+fn check(
+    bench: &Bench<'_>,
+    got: &Tensor,
+    expected: &Tensor,
+) -> Result<(compare::Diff, f64, f64), String> {
+    let (rtol, atol) = bench.tolerances;
+    let (dr, da) = compare::tolerance(Purpose::Placement, expected.dtype());
+    let (rt, at) = (rtol.unwrap_or(dr), atol.unwrap_or(da));
+    let d = compare::compare(got, expected, rt, at).map_err(|e| format!("internal error: {e}"))?;
+    Ok((d, rt, at))
 }
 
 /// A placement built and checked, ready to be timed.
@@ -364,13 +438,9 @@ fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
             expected.len()
         ));
     }
-    let (rtol, atol) = bench.tolerances;
     let mut diffs = Vec::new();
     for (a, b) in got.iter().zip(expected) {
-        let (dr, da) = compare::tolerance(Purpose::Placement, b.dtype());
-        let (rt, at) = (rtol.unwrap_or(dr), atol.unwrap_or(da));
-        let d = compare::compare(a, b, rt, at).map_err(|e| format!("internal error: {e}"))?;
-        diffs.push((d, rt, at));
+        diffs.push(check(bench, a, b)?);
     }
     Ok(Ready {
         parts,
@@ -383,45 +453,78 @@ fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
     })
 }
 
-/// Times built placements end to end in rounds ([`protocol::time_in_rounds`]), each run on
-/// the executables' worker pool. Each placement first runs once untimed (warm-up; the checked
-/// run was its first call); its kernels' times are read after that, for the profile.
+/// A placement to time: one of collage's, run on its executable's worker pool, or ONNX
+/// Runtime's session, run from this thread (its own pool's threads do the work).
+enum Entry<'a> {
+    Collage(&'a Ready),
+    OnnxRuntime(&'a mut onnxruntime::Ready),
+}
+
+impl Entry<'_> {
+    fn run(&mut self, inputs: &[Arc<Tensor>]) -> Result<f64, String> {
+        match self {
+            Entry::Collage(r) => r.x.in_pool(|| {
+                let s = Instant::now();
+                // The result's storage serves the next run, as `collage run --repeat` does.
+                let o =
+                    r.x.run(inputs)
+                        .map_err(|d| format!("it failed: {}", d.message))?;
+                let t = s.elapsed().as_secs_f64();
+                r.x.recycle(o.value);
+                Ok(t)
+            }),
+            Entry::OnnxRuntime(r) => r.run(),
+        }
+    }
+
+    fn first_call(&self) -> f64 {
+        match self {
+            Entry::Collage(r) => r.first_call,
+            Entry::OnnxRuntime(r) => r.first_call,
+        }
+    }
+
+    fn kernel_times(&self) -> Vec<(u64, Duration)> {
+        match self {
+            Entry::Collage(r) => r.x.kernel_times(),
+            Entry::OnnxRuntime(_) => Vec::new(),
+        }
+    }
+}
+
+/// Times built placements end to end in rounds ([`protocol::time_in_rounds`]). Each placement
+/// first runs once untimed (warm-up; the checked run was its first call); its kernels' times
+/// are read after that, for the profile.
 fn time_together(
-    ready: &[&Ready],
+    entries: &mut [Entry<'_>],
     inputs: &[Arc<Tensor>],
     settings: &Settings,
     progress: &dyn Fn(usize, usize),
 ) -> Vec<Result<Timed, String>> {
-    let run = |r: &Ready| -> Result<f64, String> {
-        r.x.in_pool(|| {
-            let s = Instant::now();
-            // The result's storage serves the next run, as `collage run --repeat` does.
-            let o =
-                r.x.run(inputs)
-                    .map_err(|d| format!("it failed: {}", d.message))?;
-            let t = s.elapsed().as_secs_f64();
-            r.x.recycle(o.value);
-            Ok(t)
-        })
-    };
     let start = Instant::now();
-    let warm: Vec<Option<String>> = ready.iter().map(|r| run(r).err()).collect();
-    let before: Vec<_> = ready.iter().map(|r| r.x.kernel_times()).collect();
+    let warm: Vec<Option<String>> = entries.iter_mut().map(|e| e.run(inputs).err()).collect();
+    let before: Vec<_> = entries.iter().map(Entry::kernel_times).collect();
     let clock = protocol::Monotonic::new();
-    let times = protocol::time_in_rounds(&warm, settings, &clock, &mut |k| run(ready[k]), progress);
+    let times = protocol::time_in_rounds(
+        &warm,
+        settings,
+        &clock,
+        &mut |k| entries[k].run(inputs),
+        progress,
+    );
     let elapsed = start.elapsed().as_secs_f64();
-    ready
+    entries
         .iter()
         .zip(times)
         .zip(before)
-        .map(|((r, t), before)| {
+        .map(|((e, t), before)| {
             let t = t?;
             Ok(Timed {
                 timing: Timing {
                     seconds: protocol::median(&t),
                     spread: protocol::spread(&t),
                     number: 1,
-                    first_call: r.first_call,
+                    first_call: e.first_call(),
                     // The checked run, the warm-up run and the timed ones.
                     calls: 2 + t.len() as u64,
                     elapsed,
@@ -477,7 +580,8 @@ impl Ready {
     }
 }
 
-/// The Collage plan against the fastest of native alone and the greedy placements that ran.
+/// The Collage plan against the fastest of native alone and the greedy placements that ran,
+/// and against ONNX Runtime when it ran.
 pub fn speedup_of(rows: &[Row]) -> Option<Speedup> {
     let collage = rows.iter().find(|r| r.name == "collage")?.timing(rows)?;
     let best = rows
@@ -485,10 +589,16 @@ pub fn speedup_of(rows: &[Row]) -> Option<Speedup> {
         .filter(|r| r.name == "tvm" || r.name.starts_with("greedy:"))
         .filter_map(|r| r.timing(rows).map(|t| (r, t)))
         .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds))?;
+    let onnxruntime_seconds = rows
+        .iter()
+        .find(|r| r.name == onnxruntime::NAME && r.onnxruntime.is_some())
+        .and_then(|r| r.timing(rows))
+        .map(|t| t.seconds);
     Some(Speedup {
         baseline: best.0.name.clone(),
         baseline_seconds: best.1.seconds,
         collage_seconds: collage.seconds,
+        onnxruntime_seconds,
     })
 }
 

@@ -1,7 +1,9 @@
 //! ONNX Runtime through `collage::runtime::ffi::ort` (the library) and `collage::runtime::backend::ort` (its
 //! sessions): the committed ONNX fixtures run and give the outputs ONNX Runtime gave when they
 //! were made (`tests/onnx/README.md`); models ONNX Runtime refuses and inputs that do not fit
-//! are diagnostics; without the library, `collage backends` says why and exits 0.
+//! are diagnostics; without the library, `collage backends` says why and exits 0. `collage
+//! bench` on an ONNX file runs ONNX Runtime as one more placement, checked and timed with the
+//! others, and skips it with the reason where the library is missing.
 //!
 //! The tests that need the library find it as collage does (`COLLAGE_ORT_LIBRARY`, else the
 //! `onnxruntime` package of `VIRTUAL_ENV`'s python or of `python3`). Where it is missing they
@@ -331,4 +333,262 @@ fn backends_lists_onnx_runtime_with_its_version() {
     let path = row["path"].as_str().unwrap();
     assert!(Path::new(path).is_file(), "{path}");
     assert_eq!(Path::new(path), rt.path);
+}
+
+/// `collage bench MODEL` on a small budget with analytic costs (nothing measured but the
+/// placements), its cache in `dir`, `ort` as `COLLAGE_ORT_LIBRARY` (`None`: unset).
+fn bench(dir: &Path, model: &str, ort: Option<&Path>, extra: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_collage"));
+    cmd.arg("bench")
+        .arg(root().join(model))
+        .args(["--target", "tvm_cpu", "--costs", "analytic"])
+        .args(["--run-budget", "0.2", "--cache-dir"])
+        .arg(dir.join("cache"))
+        .args(extra)
+        .current_dir(dir);
+    match ort {
+        Some(p) => cmd.env("COLLAGE_ORT_LIBRARY", p),
+        None => cmd.env_remove("COLLAGE_ORT_LIBRARY"),
+    };
+    cmd.output().expect("the binary runs")
+}
+
+fn placement<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no placement {name}: {v}"))
+}
+
+const MOBILENET: &str = "tests/fixtures/onnx/mobilenet_v2_tiny-opset13/model.onnx";
+
+/// `collage bench` on an ONNX file: ONNX Runtime's row ran on the same file with the bench's
+/// threads, its outputs are within tolerance of the reference interpreter's, it was timed in
+/// the same rounds as the other placements, and the speed-up over it is in the JSON (and the
+/// table's speed-up lines). At zero tolerance its outputs differ (ONNX Runtime's fused kernels
+/// round differently), which is E2404 and exit 1, as for any placement.
+#[test]
+fn bench_runs_onnx_runtime_beside_the_placements() {
+    let Some(rt) = runtime_or_skip("bench_runs_onnx_runtime_beside_the_placements") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dims = ["--dim", "batch=1", "--threads", "2"];
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&rt.path),
+        &[&dims[..], &["--format", "json"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("W2422"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"onnxruntime"), "{names:?}");
+    let o = placement(&v, "onnxruntime");
+    assert_eq!(o["status"], "ran", "{o}");
+    assert_eq!(o["label"], format!("ONNX Runtime {}", rt.version), "{o}");
+    assert_eq!(o["outputs_within_tolerance"], true, "{o}");
+    let outputs = o["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 1, "{o}");
+    assert!(outputs[0]["max_abs_diff"].as_f64().unwrap() > 0.0, "{o}");
+    assert_eq!(outputs[0]["rtol"], 1e-3, "{o}");
+    let info = &o["onnxruntime"];
+    assert_eq!(info["version"], rt.version.as_str(), "{info}");
+    assert_eq!(info["intra_op_threads"], 2, "{info}");
+    assert_eq!(info["inter_op_threads"], 1, "{info}");
+    assert_eq!(info["allow_spinning"], false, "{info}");
+    assert_eq!(Path::new(info["library"].as_str().unwrap()), rt.path);
+    // The same rounds: as many runs as the Collage plan.
+    let collage = placement(&v, "collage");
+    assert_eq!(collage["status"], "ran", "{collage}");
+    let repeats = |p: &serde_json::Value| p["latency_ms"]["repeats"].as_u64().unwrap();
+    assert_eq!(repeats(o), repeats(collage));
+    assert!(repeats(o) >= 1);
+    let median = |p: &serde_json::Value| p["latency_ms"]["median"].as_f64().unwrap();
+    let sp = &v["speedup"]["onnxruntime"];
+    assert_eq!(sp["onnxruntime_ms"].as_f64().unwrap(), median(o), "{sp}");
+    let value = sp["value"].as_f64().unwrap();
+    assert!(
+        (value - median(o) / median(collage)).abs() < 1e-9 * value,
+        "{sp}"
+    );
+
+    // The table: the row and the second speed-up line.
+    let out = bench(dir.path(), MOBILENET, Some(&rt.path), &dims);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("ONNX Runtime "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("ok (max abs diff"), "{row}");
+    assert!(
+        text.contains(&format!(
+            ": the Collage plan over ONNX Runtime {} (",
+            rt.version
+        )),
+        "{text}"
+    );
+    assert!(text.contains("2 intra-op thread(s))"), "{text}");
+
+    // Checked like every placement: at zero tolerance ONNX Runtime's outputs differ.
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&rt.path),
+        &[&dims[..], &["--rtol", "0", "--atol", "0"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("E2404") && err.contains("of the onnxruntime placement differs"),
+        "{err}"
+    );
+}
+
+/// ONNX Runtime is given the very tensors the reference interpreter ran on: GPT-2's token ids
+/// (int64, drawn from the seed as valid indices of its embeddings) give outputs within
+/// tolerance; a Relay model has no ONNX Runtime row.
+#[test]
+fn bench_gives_onnx_runtime_the_same_token_ids() {
+    let Some(rt) = runtime_or_skip("bench_gives_onnx_runtime_the_same_token_ids") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(
+        dir.path(),
+        "tests/fixtures/onnx/gpt2_tiny-opset13/model.onnx",
+        Some(&rt.path),
+        &[
+            "--dim",
+            "batch=1",
+            "--dim",
+            "sequence=8",
+            "--threads",
+            "1",
+            "--format",
+            "json",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let o = placement(&v, "onnxruntime");
+    assert_eq!(o["status"], "ran", "{o}");
+    assert_eq!(o["outputs_within_tolerance"], true, "{o}");
+    assert_eq!(o["onnxruntime"]["intra_op_threads"], 1, "{o}");
+    // Never on a Relay model unless asked for.
+    let out = bench(
+        dir.path(),
+        "tests/fixtures/measure/small.relay",
+        Some(&rt.path),
+        &["--format", "json"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != "onnxruntime"));
+    assert!(v["speedup"]["onnxruntime"].is_null(), "{v}");
+}
+
+/// Without the library, bench on an ONNX file still runs the other placements and lists ONNX
+/// Runtime as skipped with the reason (W2422, exit 0); asked for with `--onnxruntime always`,
+/// it is E2440 (exit 2) before anything is partitioned; asked for on a Relay model, E2420;
+/// `--onnxruntime never` leaves it out.
+#[test]
+fn bench_skips_onnx_runtime_without_the_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("libonnxruntime.so.1.23.2");
+    let dims = ["--dim", "batch=1", "--threads", "1"];
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&missing),
+        &[&dims[..], &["--format", "json"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("W2422"), "{err}");
+    assert!(err.contains("ONNX Runtime is skipped"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let o = placement(&v, "onnxruntime");
+    assert_eq!(o["status"], "skipped", "{o}");
+    let reason = o["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("ONNX Runtime is not available")
+            && reason.contains("COLLAGE_ORT_LIBRARY names"),
+        "{reason}"
+    );
+    assert!(o["latency_ms"].is_null(), "{o}");
+    assert_eq!(placement(&v, "collage")["status"], "ran");
+    assert!(v["speedup"]["value"].as_f64().is_some(), "{v}");
+    assert!(v["speedup"]["onnxruntime"].is_null(), "{v}");
+
+    // The table says so on the row.
+    let out = bench(dir.path(), MOBILENET, Some(&missing), &dims);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("ONNX Runtime "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains("skipped") && row.contains("not available"),
+        "{row}"
+    );
+    assert!(!text.contains("over ONNX Runtime"), "{text}");
+
+    // Asked for: an error before partitioning.
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&missing),
+        &[&dims[..], &["--onnxruntime", "always"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("E2440"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = bench(
+        dir.path(),
+        "tests/fixtures/measure/small.relay",
+        Some(&missing),
+        &["--onnxruntime", "always"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("E2420"), "{err}");
+    // Left out: no row, no warning.
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&missing),
+        &[&dims[..], &["--onnxruntime", "never", "--format", "json"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("W2422"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != "onnxruntime"));
 }

@@ -8,6 +8,7 @@ fn chart_label(name: &str, native: &str) -> String {
     match name.split_once(':') {
         _ if name == "collage" => "Collage plan".to_string(),
         _ if name == "tvm" => format!("{native} alone"),
+        _ if name == crate::pipeline::onnxruntime::NAME => "ONNX Runtime".to_string(),
         Some(("greedy", t)) => format!("greedy {t}"),
         _ => format!("{name} + {native}"),
     }

@@ -14,6 +14,7 @@ use super::progress::Bar;
 use super::render::Format;
 use super::Outcome;
 use crate::diag::{self, Diagnostic, Diagnostics};
+use crate::pipeline::onnxruntime;
 use crate::pipeline::placements::{self, Row, Status};
 use crate::pipeline::{self, checks, measuring, Inputs, Targets};
 use crate::planning::enumerate::Limits;
@@ -60,6 +61,8 @@ pub struct Request {
     pub progress: bool,
     /// `--max-memory`: the memory limit (default: what the machine has available).
     pub max_memory: Option<String>,
+    /// `--onnxruntime`: when ONNX Runtime on the same file is one of the placements.
+    pub onnxruntime: onnxruntime::When,
 }
 
 /// Runs `collage bench`.
@@ -125,6 +128,17 @@ fn bench_inner(
         measure: &margs,
     };
     let prepared = pipeline::prepare(&mut sources, &inputs, &check_outputs)?;
+    // ONNX Runtime, decided once the model is read and before anything is measured.
+    let front = req
+        .model_options
+        .format
+        .unwrap_or_else(|| pipeline::load::FrontEnd::of(&req.model));
+    let ort_plan = onnxruntime::decide(
+        req.onnxruntime,
+        &req.model,
+        front == pipeline::load::FrontEnd::Onnx,
+        threads,
+    )?;
     let (m, program) = (&prepared.model.module, &prepared.program);
     let measurer = prepared.estimator.measurer.as_deref();
     let own_setup;
@@ -163,6 +177,7 @@ fn bench_inner(
         tolerances: (req.rtol, req.atol),
         settings,
         lock: measurer.map(|mm| mm.database()),
+        onnxruntime: ort_plan.as_ref(),
     };
     let rows = placements::run(&bench, &mut plan, &bar);
     bar.finish();
@@ -181,12 +196,37 @@ fn bench_inner(
         elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
     };
     show(&rep)?;
-    let differ = differences(&rows);
+    let mut differ = differences(&rows);
+    let ort_failed = ort_plan.as_ref().and_then(|p| ort_failure(p, &rows));
+    match ort_failed {
+        Some(d) if d.severity == diag::Severity::Error => differ.push(d),
+        Some(d) => diag::emit_alone(d),
+        None => {}
+    }
     if differ.is_empty() {
         return Ok(Outcome::Ok);
     }
     diag::emit_stderr(&differ, &sources);
     Ok(Outcome::InputErrors)
+}
+
+/// ONNX Runtime's placement skipped although its library loaded (the model cannot be opened or
+/// run by it, or its outputs cannot be matched): W2422, or E2421 when it was asked for. (A
+/// missing library was said before partitioning.)
+fn ort_failure(plan: &onnxruntime::Plan, rows: &[Row]) -> Option<Diagnostic> {
+    plan.runtime.as_ref().ok()?;
+    let row = rows.iter().find(|r| r.name == onnxruntime::NAME)?;
+    let Status::Skipped(why) = &row.status else {
+        return None;
+    };
+    Some(if plan.required {
+        Diagnostic::error(
+            diag::E2421,
+            format!("ONNX Runtime's placement could not run: {why}"),
+        )
+    } else {
+        Diagnostic::warning(diag::W2422, format!("ONNX Runtime is skipped: {why}"))
+    })
 }
 
 /// Refuses `--plot` and `--cache` (when measuring) naming each other or an input (see

@@ -122,6 +122,18 @@ impl Report<'_> {
                     label_of(&sp.baseline, &self.native()),
                     ms(sp.baseline_seconds)
                 );
+                if let (Some(o), Some(r)) = (sp.onnxruntime_seconds, self.onnxruntime_row()) {
+                    let _ = writeln!(
+                        s,
+                        "          x{:.2}: the Collage plan over {} ({}, {} intra-op thread(s))",
+                        o / sp.collage_seconds,
+                        r.label,
+                        ms(o),
+                        r.onnxruntime
+                            .as_ref()
+                            .map_or(self.threads, |i| i.settings.intra_threads)
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
@@ -217,6 +229,11 @@ impl Report<'_> {
         cells
     }
 
+    /// ONNX Runtime's row, when it is a placement.
+    fn onnxruntime_row(&self) -> Option<&Row> {
+        self.rows.iter().find(|r| r.onnxruntime.is_some())
+    }
+
     /// One placement's partitions: estimate beside time inside the model, dearest first.
     fn profile_table(&self, s: &mut String, r: &Row) {
         let Status::Ran {
@@ -225,6 +242,10 @@ impl Report<'_> {
         else {
             return;
         };
+        if r.onnxruntime.is_some() {
+            // One session: no partitions to profile.
+            return;
+        }
         let in_kernels: f64 = profile.iter().filter_map(|p| p.measured).sum();
         let estimated: f64 = profile.iter().map(|p| p.estimated).sum();
         let _ = writeln!(s);
@@ -318,6 +339,19 @@ impl Report<'_> {
                     },
                     "outputs_within_tolerance": r.outputs_ok(self.rows),
                 });
+                if let Some(i) = &r.onnxruntime {
+                    v["onnxruntime"] = json!({
+                        "version": i.version,
+                        "library": i.library.display().to_string(),
+                        "execution_provider": "CPU",
+                        "graph_optimization": "all",
+                        "intra_op_threads": i.settings.intra_threads,
+                        "inter_op_threads": 1,
+                        "execution_mode": "sequential",
+                        "allow_spinning": i.settings.spinning,
+                        "open_ms": i.open_seconds * 1e3,
+                    });
+                }
                 if let Status::Ran {
                     kernels,
                     fallbacks,
@@ -371,6 +405,10 @@ impl Report<'_> {
                 "baseline_ms": sp.baseline_seconds * 1e3,
                 "collage_ms": sp.collage_seconds * 1e3,
                 "value": sp.baseline_seconds / sp.collage_seconds,
+                "onnxruntime": sp.onnxruntime_seconds.map(|o| json!({
+                    "onnxruntime_ms": o * 1e3,
+                    "value": o / sp.collage_seconds,
+                })),
             })),
             "elapsed_ms": self.elapsed_ms,
         })

@@ -241,6 +241,13 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
     }
 }
 
+/// Whether `e` is a tensor of integers.
+fn is_integer(m: &Module, e: ExprId) -> bool {
+    m.ty(e)
+        .and_then(|t| t.as_tensor())
+        .is_some_and(|t| matches!(t.dtype.code, DTypeCode::Int | DTypeCode::UInt))
+}
+
 /// Users of every expression, and let-bound values, for following values into functions.
 struct Uses {
     users: HashMap<ExprId, Vec<ExprId>>,
@@ -293,8 +300,18 @@ impl Uses {
                     Expr::Call { callee, args, .. } => {
                         for (pos, _) in args.iter().enumerate().filter(|(_, &a)| a == e) {
                             match callee {
-                                Callee::Op(_) if path.is_empty() => {
-                                    role = role.join(role_of_use(m, u, pos))
+                                Callee::Op(op) if path.is_empty() => {
+                                    role = role.join(role_of_use(m, u, pos));
+                                    // Integers chosen by `where` are the result's values:
+                                    // indices normalised as ONNX `Gather` imports them
+                                    // (`where(less(i, 0), add(i, n), i)`) keep the role of
+                                    // the `take` they feed.
+                                    if crate::ops::op(*op).op == Op::Where
+                                        && pos > 0
+                                        && is_integer(m, e)
+                                    {
+                                        stack.push((u, Vec::new()));
+                                    }
                                 }
                                 Callee::Op(_) => {}
                                 Callee::Expr(c) => {
@@ -498,6 +515,19 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %i: Tensor[(5), int64]) {
         assert_eq!(mw.constant_role("relay.Constant", 2), Role::Uniform);
         assert_eq!(mw.constant_role("relay.Constant", 3), Role::Positive);
         assert_eq!(mw.input_role("i"), Role::Index { extent: 4 });
+        // Indices normalised by `where`, as ONNX `Gather` imports them, keep the role.
+        let onnx = r#"#[version = "0.0.5"]
+def @main(%ids: Tensor[(2, 3), int64], %e: Tensor[(10, 4), float32]) {
+  %0 = less(%ids, 0i64);
+  %1 = add(%ids, 10i64);
+  %2 = where(%0, %1, %ids);
+  take(%e, %2, axis=0)
+}"#;
+        let m2 = crate::frontend::relay::load_text(onnx);
+        assert_eq!(
+            w.for_module(&m2).input_role("ids"),
+            Role::Index { extent: 10 }
+        );
         let ty = Shape {
             dtype: DType::I64,
             dims: vec![5],

@@ -52,7 +52,15 @@ pub struct Settings {
     pub budget: Duration,
     /// Whether each timed call is preceded by the caller's (untimed) preparation.
     pub cold: bool,
+    /// Untimed calls right before each timed repeat in a round ([`Policy::MODELS`] only):
+    /// calls of the same kernel until they have taken this long, at most
+    /// [`LEAD_IN_MAX_CALLS`]; none when the kernel's last call alone took this long.
+    /// Zero: no lead-in.
+    pub lead_in: Duration,
 }
+
+/// The most untimed lead-in calls before one timed repeat ([`Settings::lead_in`]).
+pub const LEAD_IN_MAX_CALLS: u32 = 5;
 
 impl Settings {
     /// For candidates with cold weights (`--cold-candidates`): 20 ms of warm-up, then each
@@ -67,6 +75,7 @@ impl Settings {
             max_spread: 0.02,
             budget: Duration::from_secs(1),
             cold: true,
+            lead_in: Duration::ZERO,
         }
     }
 
@@ -81,11 +90,13 @@ impl Settings {
             max_spread: 0.02,
             budget: Duration::from_secs(1),
             cold: false,
+            lead_in: Duration::ZERO,
         }
     }
 
-    /// For whole models (`collage bench`): one warm-up call, one call per repeat, 5 to 15
-    /// repeats, stop at 2 % spread, 20 s per model.
+    /// For whole models (`collage bench`): one warm-up call, one timed call per repeat after
+    /// 30 ms of untimed lead-in calls of the same model, 5 to 15 repeats, stop at 2 % spread,
+    /// 20 s per model.
     pub fn models() -> Settings {
         Settings {
             warmup: Duration::ZERO,
@@ -95,6 +106,7 @@ impl Settings {
             max_spread: 0.02,
             budget: Duration::from_secs(20),
             cold: false,
+            lead_in: Duration::from_millis(30),
         }
     }
 }
@@ -208,6 +220,8 @@ struct Progress {
     repeats: Vec<f64>,
     /// Wall time spent on this kernel so far (hand-overs and preparations included).
     spent: Duration,
+    /// The time of this kernel's last call, when known.
+    last_call: Option<Duration>,
 }
 
 /// How the round-robin driver ([`measure_rounds`]) warms kernels up before the rounds.
@@ -358,6 +372,7 @@ pub fn measure_rounds<E>(
                     number: 1,
                     repeats: Vec::new(),
                     spent: Duration::ZERO,
+                    last_call: None,
                 },
             )),
         }
@@ -375,12 +390,17 @@ pub fn measure_rounds<E>(
         let round_start = clock.now();
         let mut still = Vec::with_capacity(measuring.len());
         for (k, mut p) in measuring {
+            if let Err(e) = lead_in(clock, settings, k, &mut p, repeat) {
+                end(k, Err(e), &mut results);
+                continue;
+            }
             let s = clock.now();
             match repeat(k, p.number, settings.cold) {
                 Ok(d) => {
                     let took = clock.now() - s;
                     p.spent += took;
                     p.calls += p.number;
+                    p.last_call = Some(d / (p.number.min(u32::MAX as u64) as u32));
                     p.repeats.push(d.as_secs_f64() / p.number as f64);
                     let r = p.repeats.len();
                     let done = policy.stop == Stop::Alone
@@ -419,6 +439,33 @@ pub fn measure_rounds<E>(
         .collect()
 }
 
+/// The untimed calls of kernel `k` right before its timed repeat ([`Settings::lead_in`]): a
+/// kernel timed after other kernels ran (a round) finds its caches, its threads and the
+/// core's clock as they left them; a few calls of its own bring it back to the state it
+/// runs in when called in a loop, the state its candidates' costs were measured in. A kernel
+/// whose last call alone lasted the lead-in needs none: its own start is a small part of it.
+fn lead_in<E>(
+    clock: &dyn Clock,
+    settings: &Settings,
+    k: usize,
+    p: &mut Progress,
+    repeat: &mut Repeat<'_, E>,
+) -> Result<(), E> {
+    if settings.lead_in.is_zero() || p.last_call.is_some_and(|t| t >= settings.lead_in) {
+        return Ok(());
+    }
+    let start = clock.now();
+    let mut calls = 0;
+    while calls < LEAD_IN_MAX_CALLS && clock.now() - start < settings.lead_in {
+        let d = repeat(k, 1, false)?;
+        calls += 1;
+        p.calls += 1;
+        p.last_call = Some(d);
+    }
+    p.spent += clock.now() - start;
+    Ok(())
+}
+
 /// A kernel's first call and warm-up by the protocol: the calls per repeat follow from the
 /// warm-up calls' mean time.
 fn warm_up<E>(
@@ -447,6 +494,7 @@ fn warm_up<E>(
         number: calls_per_repeat(per_call, settings.min_repeat),
         repeats: Vec::new(),
         spent: clock.now() - start,
+        last_call: Some(per_call),
     })
 }
 
@@ -753,7 +801,10 @@ mod tests {
             clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
             Ok(t)
         };
-        let s = Settings::models();
+        let s = Settings {
+            lead_in: Duration::ZERO,
+            ..Settings::models()
+        };
         let t = time_in_rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
         let order = order.into_inner();
         // Alternating, the same number of runs each.
@@ -767,6 +818,48 @@ mod tests {
     }
 
     #[test]
+    fn each_timed_run_follows_its_own_lead_in() {
+        // Placement 0 takes 4 ms a run after the other one ran and 2 ms when it ran just
+        // before (a cold start after a pause); placement 1 takes 50 ms, longer than the
+        // lead-in. Each timed run of 0 follows lead-in runs of 0 itself, so its runs are the
+        // warm 2 ms; 1 gets one lead-in run in the first round (nothing known of it yet), none
+        // after.
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let s = Settings::models();
+        let log = std::cell::RefCell::new(Vec::new());
+        let mut run = |k: usize| -> Result<f64, String> {
+            let warm = log.borrow().last() == Some(&k);
+            log.borrow_mut().push(k);
+            let t = match (k, warm) {
+                (0, true) => 2e-3,
+                (0, false) => 4e-3,
+                _ => 50e-3,
+            };
+            clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
+            Ok(t)
+        };
+        let t = time_in_rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
+        let (a, b) = (t[0].as_ref().unwrap(), t[1].as_ref().unwrap());
+        assert!(a.iter().all(|&x| x == 2e-3), "{a:?}");
+        assert!(b.iter().all(|&x| x == 50e-3), "{b:?}");
+        let log = log.into_inner();
+        // Round one: 0 runs once cold (4 ms), then warm until 30 ms have passed or five lead-in
+        // runs are made (4 + 4 x 2 = 12 ms, so five), then its timed run; 1 runs once untimed
+        // and once timed.
+        let lead = LEAD_IN_MAX_CALLS as usize;
+        assert_eq!(
+            log[..lead + 3],
+            [vec![0; lead + 1], vec![1, 1]].concat()[..]
+        );
+        // Later rounds: the same for 0, one timed run for 1.
+        assert_eq!(
+            log[lead + 3..2 * lead + 5],
+            [vec![0; lead + 1], vec![1]].concat()[..]
+        );
+        assert_eq!(log.iter().filter(|&&k| k == 1).count(), b.len() + 1);
+    }
+
+    #[test]
     fn rounds_stop_when_settled_or_out_of_budget_and_failures_leave() {
         let clock = Fake(Cell::new(Duration::ZERO));
         let tick = |ms: f64| {
@@ -775,7 +868,10 @@ mod tests {
                 .set(clock.0.get() + Duration::from_secs_f64(ms / 1e3))
         };
         // Steady placements settle after the minimum number of rounds.
-        let s = Settings::models();
+        let s = Settings {
+            lead_in: Duration::ZERO,
+            ..Settings::models()
+        };
         let t = time_in_rounds(
             &[None, None],
             &s,

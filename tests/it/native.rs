@@ -863,3 +863,66 @@ fn loading_cached_kernels_leaves_the_floating_point_environment_alone() {
         "MXCSR {after:#06x} after loading kernels, {before:#06x} before"
     );
 }
+
+/// A constant with no elements (here the zero-width padding a causal convolution of kernel
+/// size one concatenates) compiles as generated code and computes what the interpreter does.
+#[test]
+fn an_empty_constant_compiles_natively() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("empty.relay");
+    std::fs::write(&model, EMPTY_CONSTANT_MODEL).unwrap();
+    let out = run_with(
+        dir.path(),
+        &dir.path().join("cache"),
+        &[],
+        &[
+            model.to_str().unwrap(),
+            "--check-reference",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    // The concatenation with the empty constant is generated code (the convolution and
+    // `zeros` are among the operators the interpreter runs).
+    assert!(
+        j["kernels"]["by_backend"]["native"].as_u64() >= Some(1),
+        "{j}"
+    );
+    assert_eq!(j["comparisons"][0]["within_tolerance"], true, "{j}");
+}
+
+/// `collage parse` of the ONNX node test `test_causal_conv_with_state_kernel_size_one_expanded`.
+const EMPTY_CONSTANT_MODEL: &str = r#"
+#[version = "0.0.5"]
+def @main(%input: Tensor[(2, 4, 8), float32], %weight: Tensor[(4, 1, 1), float32]) -> (Tensor[(2, 4, 8), float32], Tensor[(2, 4, 0), float32]) {
+  %0 = (meta[relay.Constant][0] /* ty=Tensor[(2, 4, 0), float32] */, %input) /* ty=(Tensor[(2, 4, 0), float32], Tensor[(2, 4, 8), float32]) */;
+  %1 = concatenate(%0, axis=2) /* ty=Tensor[(2, 4, 8), float32] */;
+  %2 = nn.conv1d(%1, %weight, groups=4, channels=4, kernel_size=[1]) /* ty=Tensor[(2, 4, 8), float32] */;
+  %3 = zeros(shape=[2, 4, 0], dtype="float32") /* ty=Tensor[(2, 4, 0), float32] */;
+  (%2, %3) /* ty=(Tensor[(2, 4, 8), float32], Tensor[(2, 4, 0), float32]) */
+}
+
+#[metadata]
+{
+  "root": 1,
+  "nodes": [
+    {"type_key": ""},
+    {"type_key": "Map", "keys": ["relay.Constant"], "data": [2]},
+    {"type_key": "Array", "data": [3]},
+    {"type_key": "relay.Constant", "attrs": {"_checked_type_": "6", "data": "0", "span": "0", "virtual_device_": "4"}},
+    {"type_key": "VirtualDevice", "attrs": {"device_type_int": "-1", "memory_scope": "5", "target": "0", "virtual_device_id": "-1"}},
+    {"type_key": "runtime.String"},
+    {"type_key": "relay.TensorType", "attrs": {"dtype": "float32", "shape": "7", "span": "0"}},
+    {"type_key": "Array", "data": [8, 9, 10]},
+    {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0", "value": "2"}},
+    {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0", "value": "4"}},
+    {"type_key": "IntImm", "attrs": {"dtype": "int32", "span": "0", "value": "0"}}
+  ],
+  "b64ndarrays": [
+    "P6G0lvBAXt0AAAAAAAAAAAEAAAAAAAAAAwAAAAIgAQACAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="
+  ],
+  "attrs": {"tvm_version": "0.19.0"}
+}
+"#;

@@ -423,15 +423,17 @@ impl Builder<'_> {
         Ok(rebuild(ty, &mut leaves.into_iter()))
     }
 
-    /// A literal node for a one-element constant.
+    /// A literal node for a constant of at most one element (an empty one reads as zero: no
+    /// element of it is ever read).
     fn literal(&mut self, e: ExprId, s: &Shape) -> Result<NodeId, Unsupported> {
         let t = self
             .consts
             .constant(self.m, e)
             .map_err(|msg| Unsupported::construct(msg, Some(self.m.span(e))))?;
+        let empty = t.numel() == 0;
         let lit = match class(s.dtype) {
-            Class::F | Class::D => Lit::F(t.get_f64(0)),
-            Class::I | Class::U => Lit::I(t.get_i64(0)),
+            Class::F | Class::D => Lit::F(if empty { 0.0 } else { t.get_f64(0) }),
+            Class::I | Class::U => Lit::I(if empty { 0 } else { t.get_i64(0) }),
         };
         Ok(self.lit_node(lit, s.dtype, s.dims.clone()))
     }

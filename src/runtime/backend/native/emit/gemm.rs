@@ -1,6 +1,6 @@
 //! Matrix products: `nn.dense`, `nn.batch_matmul` and `nn.conv2d`, as packed, register-blocked
 //! GEMMs with the epilogue applied to each output tile while it is hot; depthwise convolutions
-//! as a direct vectorised loop.
+//! over phase planes ([`super::depthwise`]), or, where that declines, as a direct loop.
 //!
 //! Every product is a batch of `C[b] (M × N) = A[b] (M × K) · B[b] (K × N)`:
 //!

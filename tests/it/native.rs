@@ -926,3 +926,221 @@ def @main(%input: Tensor[(2, 4, 8), float32], %weight: Tensor[(4, 1, 1), float32
   "attrs": {"tvm_version": "0.19.0"}
 }
 "#;
+mod depthwise {
+    //! Depthwise convolutions (`emit/depthwise.rs`, the phase-plane kernel) with the epilogues
+    //! MobileNetV2 gives them (bias, clip, a residual add), against the reference interpreter,
+    //! across shapes: odd sizes, strides 1 and 2, padding 0, 1 and asymmetric, channels that are
+    //! not a multiple of the vector width, batches above 1, dilation, a channel multiplier.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One depthwise convolution and its epilogue.
+    #[derive(Clone, Debug)]
+    pub(super) struct Case {
+        pub n: usize,
+        pub c: usize,
+        pub h: usize,
+        pub w: usize,
+        pub k: usize,
+        pub stride: usize,
+        /// Top, left, bottom, right.
+        pub pad: [usize; 4],
+        pub dilation: usize,
+        /// Output channels per input channel.
+        pub mult: usize,
+        /// 0: none, 1: bias, 2: bias and clip(0, 6), 3: bias, clip and the input added back.
+        pub epilogue: u8,
+    }
+
+    impl Case {
+        fn out(&self) -> (usize, usize) {
+            let span = self.dilation * (self.k - 1) + 1;
+            (
+                (self.h + self.pad[0] + self.pad[2] - span) / self.stride + 1,
+                (self.w + self.pad[1] + self.pad[3] - span) / self.stride + 1,
+            )
+        }
+
+        /// The case as a Relay module.
+        pub(super) fn text(&self) -> String {
+            let o = self.c * self.mult;
+            let (oh, ow) = self.out();
+            let mut params = format!(
+                "%x: Tensor[({}, {}, {}, {}), float32], %w: Tensor[({o}, 1, {k}, {k}), float32]",
+                self.n,
+                self.c,
+                self.h,
+                self.w,
+                k = self.k
+            );
+            if self.epilogue > 0 {
+                params.push_str(&format!(", %b: Tensor[({o}, 1, 1), float32]"));
+            }
+            let [pt, pl, pb, pr] = self.pad;
+            let mut body = format!(
+                "  %0 = nn.conv2d(%x, %w, strides=[{s}, {s}], padding=[{pt}, {pl}, {pb}, {pr}], \
+                 dilation=[{d}, {d}], groups={c}, channels={o}, kernel_size=[{k}, {k}]);\n",
+                s = self.stride,
+                d = self.dilation,
+                c = self.c,
+                k = self.k
+            );
+            let mut last = "%0".to_string();
+            if self.epilogue >= 1 {
+                body.push_str("  %1 = add(%0, %b);\n");
+                last = "%1".into();
+            }
+            if self.epilogue >= 2 {
+                body.push_str("  %2 = clip(%1, a_min=0f, a_max=6f);\n");
+                last = "%2".into();
+            }
+            if self.epilogue >= 3 && (oh, ow, o) == (self.h, self.w, self.c) {
+                body.push_str("  %3 = add(%2, %x);\n");
+                last = "%3".into();
+            }
+            format!("#[version = \"0.0.5\"]\ndef @main({params}) {{\n{body}  {last}\n}}\n")
+        }
+    }
+
+    /// Runs `cases` as generated code (one cache directory) and on the interpreter; every
+    /// case's output must agree within rtol = atol = 1e-4, and (`phase`) every kernel must be
+    /// the phase-plane one.
+    pub(super) fn check(cases: &[Case], phase: bool) -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let n = Arc::new(Native::new(Config {
+            threads: 2,
+            cache_dir: Some(dir.path().to_path_buf()),
+            ..Config::default()
+        }));
+        for case in cases {
+            let text = case.text();
+            let m = load_text_ok("dw.relay", &text);
+            let w = Weights::new(11);
+            let mw = w.for_module(&m);
+            let x = executor::compile(&m, &mw, &native_options(&n, 2)).unwrap();
+            if !x.warnings.is_empty() {
+                return Err(format!("{text}\nfell back: {:?}", x.warnings));
+            }
+            let r = executor::compile(
+                &m,
+                &mw,
+                &Options {
+                    threads: 1,
+                    ..Options::default()
+                },
+            )
+            .unwrap();
+            let inputs: Vec<Arc<Tensor>> = x
+                .inputs
+                .iter()
+                .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+                .collect();
+            let (got, want) = (x.run(&inputs).unwrap(), r.run(&inputs).unwrap());
+            let (got, want) = (got.value.flatten(), want.value.flatten());
+            for (a, b) in got.iter().zip(&want) {
+                if let Some(e) = mismatch(a, b, 1e-4, 1e-4) {
+                    return Err(format!("{text}\n{e}"));
+                }
+            }
+        }
+        // The kernels generated: one per case, each the phase-plane kernel.
+        let mut sources = String::new();
+        for e in std::fs::read_dir(dir.path().join("kernels/lib")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "c") {
+                sources.push_str(&std::fs::read_to_string(p).unwrap());
+            }
+        }
+        let marks = sources.matches("/* depthwise convolution over").count();
+        if phase && marks != cases.len() {
+            return Err(format!(
+                "{marks} phase-plane kernels for {} cases",
+                cases.len()
+            ));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn case(
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        epilogue: u8,
+    ) -> Case {
+        Case {
+            n,
+            c,
+            h,
+            w,
+            k,
+            stride,
+            pad: [pad; 4],
+            dilation: 1,
+            mult: 1,
+            epilogue,
+        }
+    }
+
+    #[test]
+    fn depthwise_kernels_match_the_interpreter_across_shapes() {
+        let mut cases = vec![
+            // MobileNetV2's first depthwise layer and its first stride-2 one (channels cut).
+            case(1, 32, 112, 112, 3, 1, 1, 2),
+            case(1, 24, 112, 112, 3, 2, 1, 2),
+            // Odd sizes, channels not a multiple of 16, batches above 1.
+            case(1, 18, 17, 19, 3, 1, 1, 3),
+            case(2, 20, 13, 11, 3, 2, 1, 2),
+            case(3, 7, 5, 6, 3, 2, 1, 1),
+            case(2, 9, 7, 7, 3, 1, 1, 3),
+            // Padding 0, strides 1 and 2; a 1x1 plane.
+            case(1, 24, 9, 9, 3, 1, 0, 2),
+            case(1, 16, 10, 10, 3, 2, 0, 0),
+            case(1, 5, 1, 1, 3, 1, 1, 2),
+            // 5x5 windows (MobileNetV3), a 1x1 window.
+            case(1, 8, 14, 14, 5, 1, 2, 2),
+            case(1, 8, 15, 15, 5, 2, 2, 1),
+            case(2, 3, 6, 5, 1, 1, 0, 1),
+        ];
+        // Asymmetric padding (TensorFlow's "same" at stride 2), dilation, a channel multiplier.
+        let mut c = case(1, 17, 16, 16, 3, 2, 0, 2);
+        c.pad = [0, 0, 1, 1];
+        cases.push(c);
+        let mut c = case(1, 12, 12, 13, 3, 1, 2, 2);
+        c.dilation = 2;
+        cases.push(c);
+        let mut c = case(2, 6, 9, 8, 3, 1, 1, 1);
+        c.mult = 2;
+        cases.push(c);
+        check(&cases, true).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 8,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn random_depthwise_convolutions_match_the_interpreter(
+            n in 1usize..=2,
+            c in 1usize..=20,
+            h in 1usize..=24,
+            w in 1usize..=24,
+            k in prop::sample::select(vec![1usize, 3, 5]),
+            stride in 1usize..=2,
+            pad in 0usize..=2,
+            epilogue in 0u8..=3,
+        ) {
+            let cs = case(n, c, h + k, w + k, k, stride, pad, epilogue);
+            let r = check(std::slice::from_ref(&cs), true);
+            prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Matrix products: `nn.dense`, `nn.batch_matmul` and `nn.conv2d`, as packed, register-blocked
 //! GEMMs with the epilogue applied to each output tile while it is hot; depthwise convolutions
-//! as a direct vectorised loop.
+//! over phase planes ([`super::depthwise`]), or, where that declines, as a direct loop.
 //!
 //! Every product is a batch of `C[b] (M × N) = A[b] (M × K) · B[b] (K × N)`:
 //!
@@ -77,6 +77,9 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId) {
         NOp::BatchMatmul { x, y, ta, tb } => Kind::Bmm { x, y, ta, tb },
         NOp::Conv(d, w, g) => {
             if g.c / g.groups == 1 && g.groups > 1 {
+                if super::depthwise::nest(cx, a, r, d, w, g) {
+                    return;
+                }
                 return depthwise(cx, a, r, d, w, g);
             }
             if g.o / g.groups >= cx.isa.vl && conv_implicit(cx, a, r, d, w, g) {
@@ -573,7 +576,7 @@ fn epilogue_tile(
 }
 
 /// The per-thread scratch pointer (`float*`) at float offset `off` of this thread's area.
-fn thread_scratch(cx: &mut Cx<'_>, name: &str, off: usize) {
+pub(super) fn thread_scratch(cx: &mut Cx<'_>, name: &str, off: usize) {
     cx.line(format!(
         "float* restrict {name} = (float*)(S + PT_BASE + (long)omp_get_thread_num() * PT_STRIDE) + {off}L;"
     ));
@@ -802,8 +805,8 @@ fn zero_product(cx: &mut Cx<'_>, a: NodeId, r: NodeId, kind: Kind, d: Dims) {
     cx.close_n(3);
 }
 
-/// A depthwise convolution (one input channel per group): for each output channel, the
-/// input channel is copied into a zero-padded plane, then every output row accumulates its
+/// A depthwise convolution (one input channel per group) that [`super::depthwise`] declines:
+/// for each output channel, the input channel is copied into a zero-padded plane, then every output row accumulates its
 /// taps as vector operations along the row.
 fn depthwise(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: ConvGeom) {
     if g.n * g.o * g.oh * g.ow == 0 {

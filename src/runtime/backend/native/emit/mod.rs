@@ -23,6 +23,7 @@
 //! Values inside a loop body are common sub-expressions: each (node, index) is computed once
 //! per body into a `const` temporary.
 
+pub mod depthwise;
 pub mod gemm;
 pub mod pool;
 pub mod prelude;

@@ -475,6 +475,89 @@ fn conv2d_each_tail() {
     }
 }
 
+/// Biases written as `nn.bias_add` (as models imported from ONNX carry them) on the channel axis
+/// of a convolution, a 1-d convolution and a dense layer, alone and under a tail; and one
+/// reaching the matcher: a model with `nn.bias_add` partitioned for `dnnl` puts the biases in
+/// the composites.
+#[test]
+fn bias_add_biases() {
+    let lib = dnnl(2);
+    let (x, w, b) = (
+        t4(1, 4, 6, 6),
+        t4(8, 4, 3, 3),
+        "Tensor[(8), float32]".to_string(),
+    );
+    let conv = "nn.bias_add(nn.conv2d(%a0, %a1, padding=[1, 1]), %a2)";
+    for (name, body) in [
+        ("dnnl.conv2d_bias", conv.to_string()),
+        (
+            "dnnl.conv2d_bias_clip",
+            format!("clip({conv}, a_min=0f, a_max=6f)"),
+        ),
+        ("dnnl.conv2d_bias_relu", format!("nn.relu({conv})")),
+    ] {
+        let params = vec![(x.as_str(), false), (w.as_str(), true), (b.as_str(), true)];
+        agree(
+            name,
+            &partition("dnnl", name, &params, &body),
+            lib.clone(),
+            1,
+        );
+    }
+    let (x1, w1) = ("Tensor[(2, 4, 9), float32]", "Tensor[(8, 4, 3), float32]");
+    agree(
+        "dnnl.conv1d_bias",
+        &partition(
+            "dnnl",
+            "dnnl.conv1d_bias",
+            &[(x1, false), (w1, true), (&b, true)],
+            "nn.bias_add(nn.conv1d(%a0, %a1), %a2, axis=1)",
+        ),
+        lib.clone(),
+        1,
+    );
+    let (xd, wd) = ("Tensor[(3, 5), float32]", "Tensor[(8, 5), float32]");
+    agree(
+        "dnnl.dense_bias",
+        &partition(
+            "dnnl",
+            "dnnl.dense_bias",
+            &[(xd, false), (wd, true), (&b, true)],
+            "nn.bias_add(nn.dense(%a0, %a1), %a2)",
+        ),
+        lib.clone(),
+        1,
+    );
+    // The matcher: `nn.bias_add` over the channels completes the biased composites.
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("bias_add.relay");
+    std::fs::write(
+        &model,
+        "#[version = \"0.0.5\"]\n\
+         def @main(%x: Tensor[(1, 4, 6, 6), float32], %w: Tensor[(8, 4, 3, 3), float32], \
+         %b: Tensor[(8), float32]) {\n  \
+         %0 = nn.conv2d(%x, %w, padding=[1, 1], channels=8, kernel_size=[3, 3]);\n  \
+         clip(nn.bias_add(%0, %b), a_min=0f, a_max=6f)\n}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collage"))
+        .args(["candidates", model.to_str().unwrap(), "--target", "dnnl"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in ["dnnl.conv2d_bias_clip", "dnnl.conv2d_bias\""] {
+        assert!(
+            text.contains(&format!("Composite=\"{c}")),
+            "{c} missing:\n{text}"
+        );
+    }
+}
+
 /// Batch norms folded into the convolution (with relu, clip, and a `sum` with another tensor),
 /// the `sum` of plain convolutions, and batch norms on their own.
 #[test]

@@ -926,6 +926,7 @@ def @main(%input: Tensor[(2, 4, 8), float32], %weight: Tensor[(4, 1, 1), float32
   "attrs": {"tvm_version": "0.19.0"}
 }
 "#;
+
 mod depthwise {
     //! Depthwise convolutions (`emit/depthwise.rs`, the phase-plane kernel) with the epilogues
     //! MobileNetV2 gives them (bias, clip, a residual add), against the reference interpreter,

@@ -1017,6 +1017,24 @@ fn call_post(cx: &Cx<'_>, e: ExprId, raws: &mut Peeled) -> Result<Result<ExprId,
         raws.push((raw, f32_dims(m, args[0])?));
         return Ok(Ok(args[0]));
     }
+    if let (Op::BiasAdd, [x, b]) = (op, args.as_slice()) {
+        // A bias over `axis`: a per-channel add, its operand seen with the data's rank.
+        let Some(ob) = cx.operand(*b)? else {
+            return Err("a bias computed inside the composite".into());
+        };
+        let x_dims = f32_dims(m, *x)?;
+        let b_dims = f32_dims(m, *b)?;
+        let rank = x_dims.len() as i64;
+        let axis = at.get("axis").as_int().unwrap_or(1);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&axis) || b_dims.len() != 1 {
+            return Err("a bias add whose axis or bias does not fit its data".into());
+        }
+        let mut seen = vec![1; x_dims.len()];
+        seen[axis as usize] = b_dims[0];
+        raws.push((Raw::Bin(Alg::BINARY_ADD, ob, seen), x_dims));
+        return Ok(Ok(*x));
+    }
     let name = at.def.name;
     let (Some(alg), [a, b]) = (binary_alg(op), args.as_slice()) else {
         return Err(format!("operator `{name}` has no oneDNN mapping here"));

@@ -43,6 +43,12 @@ use std::sync::{Arc, Mutex};
 /// measurement means changes.
 pub const HARNESS: &str = "measure-3";
 
+/// A fingerprint of the code that compiles and runs candidates (the backends, the executor,
+/// the library bindings), computed when collage is built; part of every cache key, so a cost
+/// measured with other kernels (a changed code generator, say) is measured again rather than
+/// read back.
+pub const RUNTIME_CODE: &str = env!("COLLAGE_RUNTIME_CODE");
+
 /// Candidates compiled together before they are timed one by one.
 const BATCH: usize = 32;
 
@@ -186,7 +192,7 @@ impl Measure {
             structure: crate::planning::enumerate::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
             backend: format!(
-                "{identity}; {HARNESS}; {}",
+                "{identity}; {HARNESS}; code {RUNTIME_CODE}; {}",
                 if self.cfg.settings.cold {
                     "cold"
                 } else {

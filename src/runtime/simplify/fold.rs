@@ -261,7 +261,7 @@ impl Cx<'_, '_> {
             return Ok(Some(x));
         }
         let mut dims = vec![n];
-        dims.extend(std::iter::repeat(1).take(rank - axis - 1));
+        dims.extend(std::iter::repeat_n(1, rank - axis - 1));
         let sc = self.b.constant(&f32_tensor(&dims, &s)?, span);
         let sh = self.b.constant(&f32_tensor(&dims, &t)?, span);
         let x = self.new_of(args[0])?;

@@ -241,7 +241,18 @@ pub fn simplify(m: &Module, opts: &Options) -> Result<(Module, Report), String> 
             return Ok((m.clone(), r));
         }
     }
-    report.constants_bound = bind_changed_roles(&mut cur, &values, &new_weights)?;
+    match bind_changed_roles(&mut cur, &values, &new_weights) {
+        Ok(n) => report.constants_bound = n,
+        Err(why) => {
+            let r = Report {
+                ops_before: report.ops_before,
+                ops_after: report.ops_before,
+                skipped: Some(why),
+                ..Report::default()
+            };
+            return Ok((m.clone(), r));
+        }
+    }
     Ok((cur, report))
 }
 
@@ -265,6 +276,19 @@ fn bind_changed_roles(
         }
     }
     for (k, ()) in &todo {
+        let big = m.exprs.iter().any(|e| match e {
+            Expr::Const(c @ Constant::Meta { key, index, .. }) => {
+                (key, *index) == (&k.0, k.1)
+                    && Shape::of(&c.ty()).is_none_or(|s| s.bytes() > MAX_RESULT_BYTES)
+            }
+            _ => false,
+        });
+        if big {
+            return Err(format!(
+                "`meta[{}][{}]` would have to be bound, and it is larger than {MAX_RESULT_BYTES} bytes",
+                k.0, k.1
+            ));
+        }
         let t = values.original(&k.0, k.1)?;
         m.meta
             .data
@@ -308,8 +332,14 @@ impl<'w> Values<'w> {
         self.weights.constant(self.original, *e)
     }
 
-    /// The value of constant expression `e` of `m`, if it is one (and its value can be made).
+    /// The value of constant expression `e` of `m`, if it is one and its value can be made
+    /// (constants larger than [`MAX_RESULT_BYTES`] are never materialised: no rewrite uses them).
     fn of(&self, m: &Module, e: ExprId) -> Option<Arc<Tensor>> {
+        if let Expr::Const(c) = m.expr(e) {
+            if Shape::of(&c.ty()).is_none_or(|s| s.bytes() > MAX_RESULT_BYTES) {
+                return None;
+            }
+        }
         match m.expr(e) {
             Expr::Const(Constant::Scalar { value, dtype }) => {
                 crate::runtime::exec::data::scalar_tensor(*value, *dtype)
@@ -354,10 +384,7 @@ fn pass(m: &Module, values: &Values<'_>, report: &mut Report) -> Result<Module, 
         b,
         report,
     };
-    for i in 0..m.exprs.len() {
-        if !live[i] {
-            continue;
-        }
+    for (i, _) in live.iter().enumerate().filter(|(_, l)| **l) {
         let e = ExprId(i as u32);
         if matches!(m.expr(e), Expr::Var(_)) {
             if cx.b.map[i].is_none() {
@@ -367,6 +394,11 @@ fn pass(m: &Module, values: &Values<'_>, report: &mut Report) -> Result<Module, 
         }
         let new = cx.rewrite(e)?;
         cx.b.map[i] = Some(new);
+        // The binding names (`%12`, or an ONNX output name) go to the expression that now
+        // computes the value, so `--explain` and the report still find them.
+        if cx.b.out.bindings[new.index()].is_none() {
+            cx.b.out.bindings[new.index()] = m.bindings[i].clone();
+        }
     }
     let body = cx.b.get(f.body)?;
     let mut out = cx.b.out;

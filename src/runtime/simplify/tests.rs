@@ -114,7 +114,7 @@ fn shared_conv_output_keeps_the_conv() {
     assert_eq!(r.batch_norm_to_scale_shift, 1);
     assert_eq!(ops(&s), ["nn.conv2d", "multiply", "add", "add"]);
     // The weight is the original constant, still drawn from the seed.
-    assert!(s.meta.data.get(&(CONSTANT_KEY.to_string(), 0)).is_none());
+    assert!(!s.meta.data.contains_key(&(CONSTANT_KEY.to_string(), 0)));
 }
 
 #[test]

@@ -508,14 +508,36 @@ struct ModelFlags {
     /// `batch=1`); repeatable.
     #[arg(long = "dim", value_name = "SYMBOL=N")]
     dims: Vec<String>,
+    /// Simplify the model before anything else (fold batch norms, constants, per-channel scales
+    /// and shifts; drop identities and dead code; docs/simplify.md): the default of
+    /// `partition`, `run` and `bench`.
+    #[arg(long, conflicts_with = "no_simplify")]
+    simplify: bool,
+    /// Use the model as given, unsimplified: the default of `parse`, `candidates`, `fuse` and
+    /// `plan-devices`.
+    #[arg(long)]
+    no_simplify: bool,
 }
 
 impl ModelFlags {
+    /// The options of a command that shows the model as given unless `--simplify`.
     fn options(&self) -> collage::pipeline::load::ModelOptions {
+        self.options_with(false, collage::runtime::exec::data::DEFAULT_SEED)
+    }
+
+    /// The options of a command that simplifies unless `--no-simplify`, binding constants
+    /// drawn from `seed`.
+    fn simplified(&self, seed: u64) -> collage::pipeline::load::ModelOptions {
+        self.options_with(true, seed)
+    }
+
+    fn options_with(&self, default: bool, seed: u64) -> collage::pipeline::load::ModelOptions {
+        let on = (default || self.simplify) && !self.no_simplify;
         collage::pipeline::load::ModelOptions {
             format: self.model_format,
             input_shapes: self.input_shapes.clone(),
             dims: self.dims.clone(),
+            simplify: on.then_some(collage::runtime::simplify::Options { seed }),
         }
     }
 }
@@ -721,7 +743,7 @@ fn run(cli: Cli) -> Outcome {
             };
             let req = driver::partition::Request {
                 model,
-                model_options: model_flags.options(),
+                model_options: model_flags.simplified(measure.seed),
                 rules,
                 targets,
                 costs,
@@ -767,7 +789,7 @@ fn run(cli: Cli) -> Outcome {
             };
             driver::bench::bench_command(&driver::bench::Request {
                 model,
-                model_options: model_flags.options(),
+                model_options: model_flags.simplified(measure.seed),
                 rules,
                 targets,
                 costs,
@@ -830,7 +852,7 @@ fn run(cli: Cli) -> Outcome {
             max_memory,
         } => driver::run::run_command(&driver::run::Request {
             model,
-            model_options: model_flags.options(),
+            model_options: model_flags.simplified(seed),
             seed,
             inputs,
             output_dir,

@@ -22,6 +22,7 @@ use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::executor::{self, Executable, MAX_THREADS};
 use collage::runtime::exec::tensor::{Shape, Tensor};
 use collage::runtime::exec::value::{flat_shapes, Value};
+use collage::runtime::simplify::Options as SimplifyOptions;
 use collage::source::SourceMap;
 use convert::{dtype_name, Feed};
 use errors::{held, raise, work, CollageError, CollageWarning};
@@ -377,7 +378,7 @@ impl Plan {
 #[pyo3(signature = (
     model, targets=None, rules=Vec::new(), costs="analytic", *, baselines=true, lower_bound=true,
     prune=false, threads=None, seed=0, cache_dir=None, measure_budget=None, cost_timeout=60.0,
-    tvm_compat=false
+    tvm_compat=false, simplify=true
 ))]
 #[allow(clippy::too_many_arguments)]
 fn py_partition(
@@ -395,6 +396,7 @@ fn py_partition(
     measure_budget: Option<f64>,
     cost_timeout: f64,
     tvm_compat: bool,
+    simplify: bool,
 ) -> PyResult<Plan> {
     let spec = costs_of(costs)?;
     let threads = threads_of(threads)?;
@@ -416,9 +418,13 @@ fn py_partition(
         margs.check()?;
         let mut sources = loaded.sources.clone();
         let name = PathBuf::from(&loaded.name);
+        let model_options = load::ModelOptions {
+            simplify: simplify.then_some(SimplifyOptions { seed }),
+            ..loaded.options.clone()
+        };
         let inputs = Inputs {
             model: &name,
-            model_options: &loaded.options,
+            model_options: &model_options,
             rules: &rules,
             targets: Targets::Named(&targets),
             costs: &spec,
@@ -444,6 +450,9 @@ fn py_partition(
         let elapsed = start.elapsed().as_secs_f64() * 1e3;
         let mut report =
             collage::driver::partition::report_json(m, &g, &sources, program, &plan, elapsed, &[]);
+        if let Some(r) = &prepared.model.simplified {
+            report["simplify"] = serde_json::to_value(r).unwrap_or_default();
+        }
         if let Some(mm) = prepared.estimator.measurer.as_deref() {
             report["stats"]["measure"] = collage::driver::render::summary_json(mm);
         }
@@ -508,7 +517,8 @@ fn compiled_source(py: Python<'_>, what: &Bound<'_, PyAny>) -> PyResult<Arc<Load
 /// (`backend="reference"`), with the weights drawn from `seed`.
 #[pyfunction]
 #[pyo3(name = "compile")]
-#[pyo3(signature = (model, threads=None, *, backend="auto", seed=0, cache_dir=None, compile_timeout=None))]
+#[pyo3(signature = (model, threads=None, *, backend="auto", seed=0, cache_dir=None, compile_timeout=None, simplify=true))]
+#[allow(clippy::too_many_arguments)]
 fn py_compile(
     py: Python<'_>,
     model: &Bound<'_, PyAny>,
@@ -517,6 +527,7 @@ fn py_compile(
     seed: u64,
     cache_dir: Option<PathBuf>,
     compile_timeout: Option<f64>,
+    simplify: bool,
 ) -> PyResult<Session> {
     let choice = match backend {
         "auto" => execute::BackendChoice::Auto,
@@ -531,17 +542,14 @@ fn py_compile(
     let compile_timeout = positive_seconds("compile_timeout", compile_timeout)?;
     let loaded = compiled_source(py, model)?;
     let (exe, native) = work(py, || {
-        pipeline::checks::memory(&[&loaded.module], None)?;
+        let opts = simplify.then_some(SimplifyOptions { seed });
+        let (module, _) = load::simplified(loaded.module.clone(), opts.as_ref());
+        pipeline::checks::memory(&[&module], None)?;
         let native =
             execute::native_backend(choice, threads, cache_dir.as_deref(), compile_timeout)?;
         let weights = Weights::new(seed);
-        let exe = execute::compile_model(
-            &loaded.module,
-            &weights,
-            threads,
-            native.as_ref(),
-            &loaded.sources,
-        )?;
+        let exe =
+            execute::compile_model(&module, &weights, threads, native.as_ref(), &loaded.sources)?;
         Ok((exe, native))
     })?;
     Ok(Session {
@@ -754,7 +762,7 @@ impl Session {
 #[pyo3(signature = (
     model, targets=None, rules=Vec::new(), costs="measure", *, threads=None, seed=0,
     cache_dir=None, measure_budget=None, run_budget=None, rtol=None, atol=None, cost_timeout=60.0,
-    input_shapes=None, dims=None, format=None
+    input_shapes=None, dims=None, format=None, simplify=true
 ))]
 #[allow(clippy::too_many_arguments)]
 fn py_bench<'py>(
@@ -774,6 +782,7 @@ fn py_bench<'py>(
     input_shapes: Option<&Bound<'py, PyDict>>,
     dims: Option<&Bound<'py, PyDict>>,
     format: Option<&str>,
+    simplify: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let given = load_options(input_shapes, dims, format)?;
     let (path, model_options): (PathBuf, load::ModelOptions) = if let Ok(m) = model.cast::<Model>()
@@ -806,7 +815,10 @@ fn py_bench<'py>(
     }
     let req = collage::driver::bench::Request {
         model: path,
-        model_options,
+        model_options: load::ModelOptions {
+            simplify: simplify.then_some(SimplifyOptions { seed }),
+            ..model_options
+        },
         rules,
         targets: targets.unwrap_or_default(),
         costs: costs_of(costs)?,

@@ -370,6 +370,9 @@ codes! {
     /// A shape computation whose result would exceed the folding limit is left unfolded (a
     /// warning).
     W3054 = "W3054", "shape computation left unfolded";
+    /// Graph simplification failed on a model (an internal error); the model is used as given
+    /// (a warning).
+    W3100 = "W3100", "simplification failed";
     /// `Session.run` without a value for one of the model's inputs.
     E3900 = "E3900", "missing input";
     /// An output whose element type NumPy has no type for (`bfloat16`).

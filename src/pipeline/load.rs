@@ -99,6 +99,9 @@ pub struct ModelOptions {
     pub input_shapes: Vec<String>,
     /// `SYMBOL=N` dimension sizes (`--dim`).
     pub dims: Vec<String>,
+    /// Whether the model is simplified once loaded, with the seed of the constants it binds
+    /// (`None`: shown as given; `docs/simplify.md`).
+    pub simplify: Option<crate::runtime::simplify::Options>,
 }
 
 /// Reads a file into the source map, or prints an error: E0901 when it cannot be read (or is
@@ -179,6 +182,48 @@ pub fn model(sources: &mut SourceMap, path: &Path, opts: &ModelOptions) -> Resul
 
 /// Loads a model from a file or from memory through its front end, as [`model`] does.
 pub fn model_from(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    opts: &ModelOptions,
+) -> Result<Module, Outcome> {
+    model_reported(sources, origin, opts).map(|(m, _)| m)
+}
+
+/// Loads a model as [`model_from`] does, with what simplification did when `opts` asks for it.
+pub fn model_reported(
+    sources: &mut SourceMap,
+    origin: Origin<'_>,
+    opts: &ModelOptions,
+) -> Result<(Module, Option<Simplified>), Outcome> {
+    let m = model_as_given(sources, origin, opts)?;
+    Ok(simplified(m, opts.simplify.as_ref()))
+}
+
+/// What simplification did to a loaded model.
+pub type Simplified = crate::runtime::simplify::Report;
+
+/// `m` simplified when `opts` is given (`docs/simplify.md`), with what was done. A failure is a
+/// bug: it is reported (W3100) and the model is kept as it is.
+pub fn simplified(
+    m: Module,
+    opts: Option<&crate::runtime::simplify::Options>,
+) -> (Module, Option<Simplified>) {
+    let Some(opts) = opts else {
+        return (m, None);
+    };
+    match crate::runtime::simplify::simplify(&m, opts) {
+        Ok((out, report)) => (out, Some(report)),
+        Err(e) => {
+            diag::emit_alone(
+                Diagnostic::warning(crate::diag::W3100, format!("internal error: {e}"))
+                    .with_note("the model is used as given, unsimplified"),
+            );
+            (m, None)
+        }
+    }
+}
+
+fn model_as_given(
     sources: &mut SourceMap,
     origin: Origin<'_>,
     opts: &ModelOptions,
@@ -305,6 +350,8 @@ pub struct Planned {
     pub module: Module,
     /// The planned device of every expression, by expression index (`None`: no annotations).
     pub devices: Option<Vec<VirtualDevice>>,
+    /// What simplification did (`None`: the model was not simplified).
+    pub simplified: Option<Simplified>,
 }
 
 /// Loads a model for partitioning: models with device annotations are planned first (with
@@ -315,8 +362,10 @@ pub fn planned(
     path: &Path,
     opts: &ModelOptions,
 ) -> Result<Planned, Outcome> {
-    let m = model(sources, path, opts)?;
-    plan(sources, m, path)
+    let (m, simplified) = model_reported(sources, Origin::File(path), opts)?;
+    let mut planned = plan(sources, m, path)?;
+    planned.simplified = simplified;
+    Ok(planned)
 }
 
 /// Plans a loaded model as [`planned`] does (`path` names it in diagnostics).
@@ -326,6 +375,7 @@ pub fn plan(sources: &SourceMap, m: Module, path: &Path) -> Result<Planned, Outc
         return Ok(Planned {
             module: m,
             devices: None,
+            simplified: None,
         });
     }
     match crate::analysis::devices::plan_devices(&m, &VirtualDevice::unconstrained()) {
@@ -338,6 +388,7 @@ pub fn plan(sources: &SourceMap, m: Module, path: &Path) -> Result<Planned, Outc
             Ok(Planned {
                 module: planned,
                 devices: Some(plan.devices),
+                simplified: None,
             })
         }
         Err(d) => {

@@ -158,7 +158,8 @@ pub fn prepare(
 }
 
 /// Phases 1 to 3 as [`prepare`], for a model already loaded (the Python API's `partition`);
-/// `inputs.model` names it in diagnostics.
+/// `inputs.model` names it in diagnostics. The model is simplified when
+/// `inputs.model_options` asks for it.
 pub fn prepare_loaded(
     sources: &mut SourceMap,
     inputs: &Inputs<'_>,
@@ -167,7 +168,10 @@ pub fn prepare_loaded(
     let mut m = Some(m);
     prepare_with(sources, inputs, &|_| Ok(()), &mut |sources| {
         let m = m.take().ok_or(Outcome::Internal)?;
-        load::plan(sources, m, inputs.model)
+        let (m, simplified) = load::simplified(m, inputs.model_options.simplify.as_ref());
+        let mut planned = load::plan(sources, m, inputs.model)?;
+        planned.simplified = simplified;
+        Ok(planned)
     })
 }
 

@@ -1,5 +1,5 @@
 //! The runtime: run-time loaded libraries (`ffi`), execution with the kernel interface and the
-//! reference interpreter (`exec`), the backends (`backend`) and measured costs (`measure`).
+//! reference interpreter (`exec`), graph simplification before partitioning (`simplify`), the backends (`backend`) and measured costs (`measure`).
 //!
 //! `docs/overview.md` gives the layers and what each module does.
 
@@ -7,3 +7,4 @@ pub mod backend;
 pub mod exec;
 pub mod ffi;
 pub mod measure;
+pub mod simplify;

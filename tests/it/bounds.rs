@@ -79,6 +79,7 @@ fn partition_json(spec: &str) -> Output {
     collage([
         "partition",
         MNIST,
+        "--no-simplify",
         "--target",
         "tvm_cpu",
         "--target",

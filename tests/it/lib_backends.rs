@@ -1420,6 +1420,8 @@ fn corpus_models_partitioned_for_each_library_run_end_to_end() {
                 [
                     "partition",
                     file.to_str().unwrap(),
+                    // The library composites of the models as written (batch norms included).
+                    "--no-simplify",
                     "--target",
                     "tvm_cpu",
                     "--target",

@@ -35,5 +35,6 @@ mod partition_e2e;
 mod relay;
 mod robustness;
 mod robustness_dsl;
+mod simplify;
 mod support;
 mod work;

@@ -68,6 +68,7 @@ fn run(dir: &Path, model: &str, extra: &[&str]) -> Json {
     let mut args = vec![
         "run",
         model,
+        "--no-simplify",
         "--backend",
         "reference",
         "--input",
@@ -224,6 +225,7 @@ fn partitioned_programs_keep_the_data() {
         let mut args = vec![
             "partition",
             model,
+            "--no-simplify",
             "--rules",
             rules.to_str().unwrap(),
             "--costs",
@@ -276,6 +278,7 @@ fn equal_structures_with_different_scalar_constants_are_not_shared() {
     let args = [
         "partition",
         model,
+        "--no-simplify",
         "--rules",
         rules.to_str().unwrap(),
         "--costs",
@@ -297,6 +300,7 @@ fn equal_structures_with_different_scalar_constants_are_not_shared() {
         [
             "run",
             "part.relay",
+            "--no-simplify",
             "--backend",
             "reference",
             "--compare-with",

@@ -390,6 +390,7 @@ fn a_broken_compiler_falls_back_to_the_interpreter() {
     let model = model.to_str().unwrap();
     let args = [
         model,
+        "--no-simplify",
         "--format",
         "json",
         "--threads",

@@ -114,6 +114,9 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
                 .map(|e| report::explanation_json(m, &g, &sources, program, &plan, e))
                 .collect();
             let mut v = report_json(m, &g, &sources, program, &plan, elapsed, &explained);
+            if let Some(r) = &prepared.model.simplified {
+                v["simplify"] = serde_json::to_value(r).unwrap_or_default();
+            }
             if let Some(mm) = measurer {
                 v["stats"]["measure"] = render::summary_json(mm);
             }
@@ -129,6 +132,9 @@ fn partition_inner(req: &Request) -> Result<Outcome, Outcome> {
                 String::new()
             };
             out.push_str(&report_table(m, &g, &sources, program, &plan, elapsed));
+            if let Some(r) = &prepared.model.simplified {
+                out.push_str(&format!("simplify: {}\n", r.summary()));
+            }
             if let Some(mm) = measurer {
                 out.push_str(&format!("{}\n", render::summary_line(mm)));
             }

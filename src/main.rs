@@ -291,6 +291,10 @@ enum Command {
         /// ONNX Runtime on the same file as one more placement (an ONNX model only).
         #[arg(long, value_enum, value_name = "WHEN", default_value_t = OrtArg::Auto)]
         onnxruntime: OrtArg,
+        /// Make the whole comparison in N fresh processes, one after the other, and report
+        /// each placement's latency in each and the spread of the speed-ups (1 to 100).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        processes: u64,
         #[command(flatten)]
         measure: MeasureFlags,
     },
@@ -779,11 +783,19 @@ fn run(cli: Cli) -> Outcome {
             profile,
             max_memory,
             onnxruntime,
+            processes,
             measure,
         } => {
             let Some(cmd_timeout) = cost_timeout_of(cost_timeout) else {
                 return Outcome::Usage;
             };
+            let max = driver::bench::processes::MAX_PROCESSES as u64;
+            if !(1..=max).contains(&processes) {
+                return collage::pipeline::usage_error(
+                    collage::diag::E2430,
+                    format!("--processes is {processes}: it must be between 1 and {max}"),
+                );
+            }
             let Some(costs) = costs_of(&costs) else {
                 return Outcome::Usage;
             };
@@ -809,6 +821,7 @@ fn run(cli: Cli) -> Outcome {
                     OrtArg::Always => collage::pipeline::onnxruntime::When::Always,
                     OrtArg::Never => collage::pipeline::onnxruntime::When::Never,
                 },
+                processes: processes as usize,
             })
         }
         Command::Cache { action } => match action {

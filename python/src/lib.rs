@@ -840,6 +840,7 @@ fn py_bench<'py>(
         run_budget: positive_seconds("run_budget", run_budget)?,
         format: collage::driver::render::Format::Json,
         plot: None,
+        processes: 1,
         profile: false,
         rtol,
         atol,

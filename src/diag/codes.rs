@@ -299,6 +299,11 @@ codes! {
     /// ONNX Runtime's placement in `collage bench` is skipped (a warning).
     W2422 = "W2422", "ONNX Runtime skipped";
 
+    /// `collage bench --processes`: a value out of range, or with `--plot`.
+    E2430 = "E2430", "bench processes refused";
+    /// `collage bench --processes`: a process could not run, or ended without a report.
+    E2431 = "E2431", "bench process failed";
+
     /// ONNX Runtime was asked for on a machine without it (not found, or refused).
     E2440 = "E2440", "ONNX Runtime not available";
     /// ONNX Runtime could not open a model (its message in the note).

@@ -592,3 +592,45 @@ fn bench_skips_onnx_runtime_without_the_library() {
         .iter()
         .all(|p| p["name"] != "onnxruntime"));
 }
+
+/// `collage bench --processes 2` on an ONNX file: the speed-up over ONNX Runtime of each process
+/// and its spread; at zero tolerance each process reports (ONNX Runtime's outputs differ, E2404
+/// in each) and the command ends with exit code 1 after the report.
+#[test]
+fn bench_processes_spread_the_ratio_against_onnx_runtime() {
+    let Some(rt) = runtime_or_skip("bench_processes_spread_the_ratio_against_onnx_runtime") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--dim", "batch=1", "--threads", "2", "--processes", "2"];
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&rt.path),
+        &[&args[..], &["--format", "json"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ort = &v["speedup"]["onnxruntime"];
+    let values = ort["values"].as_array().unwrap();
+    assert_eq!(values.len(), 2, "{ort}");
+    for (x, r) in values.iter().zip(v["runs"].as_array().unwrap()) {
+        assert_eq!(x, &r["report"]["speedup"]["onnxruntime"]["value"], "{ort}");
+    }
+    let row = placement(&v, "onnxruntime");
+    assert_eq!(row["latency_ms"].as_array().unwrap().len(), 2, "{row}");
+
+    let out = bench(
+        dir.path(),
+        MOBILENET,
+        Some(&rt.path),
+        &[&args[..], &["--rtol", "0", "--atol", "0"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.matches("E2404").count() >= 2, "{err}");
+    assert!(!err.contains("E2431"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("over ONNX Runtime"), "{text}");
+}

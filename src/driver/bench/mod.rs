@@ -8,6 +8,7 @@
 //! module orders it and renders the results ([`report`], [`chart`]).
 
 mod chart;
+pub mod processes;
 mod report;
 
 use super::progress::Bar;
@@ -63,10 +64,16 @@ pub struct Request {
     pub max_memory: Option<String>,
     /// `--onnxruntime`: when ONNX Runtime on the same file is one of the placements.
     pub onnxruntime: onnxruntime::When,
+    /// `--processes`: the comparison is made in this many fresh processes, one after the other
+    /// ([`processes`]; 1: in this process).
+    pub processes: usize,
 }
 
 /// Runs `collage bench`.
 pub fn bench_command(req: &Request) -> Outcome {
+    if req.processes > 1 {
+        return processes::run(req);
+    }
     let mut show = |rep: &report::Report<'_>| {
         if let Some(path) = &req.plot {
             super::write_output(path, &chart::plot_svg(rep))?;

@@ -357,12 +357,20 @@ impl Uses {
 /// Meta table key, index, type and role of a generated constant.
 type CacheKey = (String, u32, Shape, String);
 
+/// The address and length of a constant's data, and its type.
+type DataKey = (usize, usize, Shape);
+
 /// Weights shared by several modules (a model and its partitioned form): generated tensors are
 /// cached by meta table key, index, type and role, so the same constant is made once.
 pub struct Weights {
     /// The seed.
     pub seed: u64,
     cache: Mutex<BTreeMap<CacheKey, Arc<Tensor>>>,
+    /// Tensors made from constants' data, by the address and length of the data and the type:
+    /// every module reading the same bytes (a model and its partitioned forms share their
+    /// metadata) gets the same tensor. The entry keeps the bytes, so their address cannot be
+    /// reused by other data while it is cached.
+    data: Mutex<HashMap<DataKey, (bytes::Bytes, Arc<Tensor>)>>,
 }
 
 impl Weights {
@@ -371,6 +379,7 @@ impl Weights {
         Weights {
             seed,
             cache: Mutex::new(BTreeMap::new()),
+            data: Mutex::new(HashMap::new()),
         }
     }
 
@@ -401,6 +410,49 @@ impl Weights {
             inputs,
         }
     }
+}
+
+impl Weights {
+    /// The tensor of type `shape` holding `bytes`, made once per distinct bytes and type.
+    fn of_data(&self, bytes: &bytes::Bytes, shape: &Shape) -> Result<Arc<Tensor>, String> {
+        let key = (bytes.as_ptr() as usize, bytes.len(), shape.clone());
+        let data = || self.data.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, t)) = data().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(
+            Tensor::from_bytes(shape.dtype, &shape.dims, bytes).map_err(|e| e.to_string())?,
+        );
+        release_pages(bytes);
+        Ok(data().entry(key).or_insert((bytes.clone(), t)).1.clone())
+    }
+}
+
+/// Tells the kernel that the whole pages inside `bytes` will not be read soon, once they have
+/// been copied into a tensor: pages of a memory-mapped model file leave this process's resident
+/// memory (they are read again from the file if they ever are, so nothing is lost), instead of
+/// counting a second time beside the tensor. On Linux only, for 1 MiB or more; failures are
+/// ignored (an older kernel without `MADV_PAGEOUT`, or data on the heap that cannot be paged out
+/// without swap, simply stays).
+fn release_pages(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        if bytes.len() < 1 << 20 {
+            return;
+        }
+        let start = (bytes.as_ptr() as usize).next_multiple_of(PAGE);
+        let end = (bytes.as_ptr() as usize + bytes.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the range lies inside `bytes`, which stays mapped; MADV_PAGEOUT does not
+            // change the contents of any page, only where they are kept.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
 }
 
 /// The constants of one module, from a [`Weights`] store.
@@ -457,11 +509,9 @@ impl ConstantSource for ModuleWeights<'_> {
                     format!("`meta[{key}][{index}]` has type `{ty}`, which is not static")
                 })?;
                 if let Some(data) = m.meta.data.get(&(key.clone(), *index)) {
-                    return Tensor::from_bytes(shape.dtype, &shape.dims, &data.0)
-                        .map(Arc::new)
-                        .map_err(|e| {
-                            format!("the data of `meta[{key}][{index}]` does not fit its type: {e}")
-                        });
+                    return self.store.of_data(&data.0, &shape).map_err(|e| {
+                        format!("the data of `meta[{key}][{index}]` does not fit its type: {e}")
+                    });
                 }
                 let role = self.constant_role(key, *index);
                 let ck = (key.clone(), *index, shape.clone(), format!("{role:?}"));
@@ -488,6 +538,29 @@ impl ConstantSource for ModuleWeights<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_constants_are_made_once_per_bytes() {
+        let w = Weights::new(0);
+        let shape = Shape {
+            dtype: DType::F32,
+            dims: vec![2],
+        };
+        let bytes = bytes::Bytes::from(vec![0u8, 0, 128, 63, 0, 0, 0, 64]);
+        let a = w.of_data(&bytes, &shape).unwrap();
+        // A clone is a view of the same bytes (as a partitioned module's metadata is).
+        let b = w.of_data(&bytes.clone(), &shape).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.as_slice::<f32>(), &[1.0, 2.0]);
+        // Equal bytes elsewhere are other data.
+        let other = bytes::Bytes::from(bytes.to_vec());
+        assert!(!Arc::ptr_eq(&a, &w.of_data(&other, &shape).unwrap()));
+        let wrong = Shape {
+            dtype: DType::F32,
+            dims: vec![3],
+        };
+        assert!(w.of_data(&bytes, &wrong).is_err());
+    }
 
     #[test]
     fn roles_follow_values_into_functions() {

@@ -90,6 +90,27 @@ fn scale_along(w: &Tensor, axis: usize, s: &[f64]) -> Result<Tensor, String> {
 }
 
 impl Cx<'_, '_> {
+    /// The call `op(data, w)` with `attrs` in the new module: `data` from the old one, `w`
+    /// already new (the scaled weight, or the old one carried over).
+    fn with_weight(
+        &mut self,
+        op: OpId,
+        data: ExprId,
+        w: ExprId,
+        attrs: Attrs,
+        span: Span,
+    ) -> Result<ExprId, String> {
+        let data = self.new_of(data)?;
+        Ok(self.b.push(
+            Expr::Call {
+                callee: Callee::Op(op),
+                args: vec![data, w],
+                attrs,
+            },
+            span,
+        ))
+    }
+
     fn new_of(&self, old: ExprId) -> Result<ExprId, String> {
         self.b.get(old)
     }
@@ -472,15 +493,7 @@ impl Cx<'_, '_> {
             }
             None => self.new_of(weight)?,
         };
-        let data = self.new_of(data)?;
-        Ok(Some(self.b.push(
-            Expr::Call {
-                callee: Callee::Op(op),
-                args: vec![data, w],
-                attrs,
-            },
-            span,
-        )))
+        self.with_weight(op, data, w, attrs, span).map(Some)
     }
 
     /// The dense layer `dense` (weight `[N, K]`) with its constant weight's rows scaled.
@@ -507,15 +520,7 @@ impl Cx<'_, '_> {
             Some(None) => return Ok(None),
             None => self.new_of(weight)?,
         };
-        let data = self.new_of(data)?;
-        Ok(Some(self.b.push(
-            Expr::Call {
-                callee: Callee::Op(op),
-                args: vec![data, w],
-                attrs,
-            },
-            span,
-        )))
+        self.with_weight(op, data, w, attrs, span).map(Some)
     }
 
     /// The rewrites of an operator call.

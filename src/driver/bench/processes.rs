@@ -379,14 +379,9 @@ impl Summary {
     }
 }
 
+/// A latency given in milliseconds, written as the single-process report writes it.
 fn ms(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.1} ms")
-    } else if v >= 1.0 {
-        format!("{v:.2} ms")
-    } else {
-        format!("{v:.4} ms")
-    }
+    super::report::ms(v / 1e3)
 }
 
 #[cfg(test)]

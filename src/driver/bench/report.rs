@@ -23,7 +23,8 @@ pub struct Report<'a> {
     pub(super) elapsed_ms: f64,
 }
 
-fn ms(s: f64) -> String {
+/// A latency given in seconds, written in milliseconds (fewer decimals for larger values).
+pub(super) fn ms(s: f64) -> String {
     let v = s * 1e3;
     if v >= 100.0 {
         format!("{v:.1} ms")

@@ -1,6 +1,7 @@
 //! Small helpers shared by several phases.
 
 pub mod process;
+pub mod python;
 
 /// Edit distance between two strings (by chars): insertions, deletions, substitutions and
 /// transpositions of adjacent characters each cost one (optimal string alignment).

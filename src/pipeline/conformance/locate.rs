@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// The environment variable that names the node-test folder (`.../onnx/backend/test/data/node`).
@@ -16,13 +15,6 @@ pub const NODE_DIR: &str = "backend/test/data/node";
 
 /// How long the Python interpreter may take to say where `onnx` is.
 pub const PYTHON_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What the interpreter runs: the folder of the `onnx` package, without importing it.
-const WHERE_IS_ONNX: &str = "import importlib.util, sys\n\
-s = importlib.util.find_spec('onnx')\n\
-if s is None or not s.submodule_search_locations:\n    \
-sys.exit(\"No module named 'onnx'\")\n\
-print(list(s.submodule_search_locations)[0])\n";
 
 /// The node tests found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,17 +69,11 @@ pub fn locate(s: &Search) -> Result<Located, String> {
         };
     }
     let mut why = vec![format!("{DATA_ENV} is not set")];
-    let python = match s.virtual_env.as_ref().map(PathBuf::from) {
-        Some(v) if v.join("bin/python").is_file() => Some(v.join("bin/python")),
-        Some(v) => {
-            why.push(format!("VIRTUAL_ENV `{}` has no bin/python", v.display()));
-            find_on_path("python3", s.path.as_deref())
-        }
-        None => find_on_path("python3", s.path.as_deref()),
-    };
+    let python =
+        crate::util::python::interpreter(s.virtual_env.as_deref(), s.path.as_deref(), &mut why);
     match python {
         None => why.push("no `python3` on PATH".into()),
-        Some(py) => match ask_python(&py) {
+        Some(py) => match crate::util::python::package_dir(&py, "onnx", PYTHON_TIMEOUT) {
             Ok(pkg) => {
                 let dir = pkg.join(NODE_DIR);
                 if has_test_folders(&dir) {
@@ -114,12 +100,6 @@ fn has_test_folders(dir: &Path) -> bool {
         .is_ok_and(|mut it| it.any(|e| e.is_ok_and(|e| e.path().join("model.onnx").is_file())))
 }
 
-fn find_on_path(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 /// The `onnx` version of a node-test folder `.../site-packages/onnx/backend/test/data/node`:
 /// the `onnx-VERSION.dist-info` folder next to the package.
 pub fn version_beside(node_dir: &Path) -> Option<String> {
@@ -136,36 +116,6 @@ pub fn version_beside(node_dir: &Path) -> Option<String> {
     found.sort();
     // Two installed versions side by side cannot be told apart.
     (found.len() == 1).then(|| found.remove(0))
-}
-
-/// Runs `python -c WHERE_IS_ONNX` (at most [`PYTHON_TIMEOUT`]): the package's folder.
-fn ask_python(python: &Path) -> Result<PathBuf, String> {
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", WHERE_IS_ONNX]);
-    let out = match crate::util::process::run(&mut cmd, PYTHON_TIMEOUT) {
-        Ok(c) => c.stdout,
-        Err(f) if f.timed_out => {
-            return Err(format!(
-                "did not say where onnx is within {} s",
-                PYTHON_TIMEOUT.as_secs()
-            ))
-        }
-        Err(f) => {
-            let last = f
-                .stderr
-                .lines()
-                .rev()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .map(str::to_string);
-            return Err(format!("no onnx package ({})", last.unwrap_or(f.why)));
-        }
-    };
-    let dir = out.trim();
-    if dir.is_empty() {
-        return Err("printed no folder for onnx".into());
-    }
-    Ok(PathBuf::from(dir))
 }
 
 #[cfg(test)]

@@ -22,10 +22,9 @@
 
 use super::Availability;
 use crate::diag::{self as codes, Diagnostic};
-use std::ffi::{c_char, OsStr, OsString};
+use std::ffi::{c_char, OsString};
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -40,14 +39,6 @@ pub const MIN_MINOR: u32 = 17;
 
 /// How long the Python interpreter may take to say where `onnxruntime` is.
 pub const PYTHON_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// What the Python interpreter runs: where the `onnxruntime` package is, without importing it
-/// (no NumPy import, no library load: a few tens of milliseconds).
-const WHERE_IS_ONNXRUNTIME: &str = "import importlib.util, sys\n\
-s = importlib.util.find_spec('onnxruntime')\n\
-if s is None or not s.submodule_search_locations:\n    \
-sys.exit(\"No module named 'onnxruntime'\")\n\
-print(list(s.submodule_search_locations)[0])\n";
 
 /// What the search looks at: the process environment, or a test's.
 #[derive(Clone, Debug)]
@@ -109,17 +100,11 @@ pub fn locate(s: &Search) -> Result<Found, String> {
     }
     let mut why = vec![format!("{LIBRARY_ENV} is not set")];
     let venv = s.virtual_env.as_ref().map(PathBuf::from);
-    let python = match &venv {
-        Some(v) if v.join("bin/python").is_file() => Some(v.join("bin/python")),
-        Some(v) => {
-            why.push(format!("VIRTUAL_ENV `{}` has no bin/python", v.display()));
-            find_on_path("python3", s.path.as_deref())
-        }
-        None => find_on_path("python3", s.path.as_deref()),
-    };
+    let python =
+        crate::util::python::interpreter(s.virtual_env.as_deref(), s.path.as_deref(), &mut why);
     match &python {
         None => why.push("no `python3` on PATH".to_string()),
-        Some(py) => match ask_python(py, s.timeout) {
+        Some(py) => match crate::util::python::package_dir(py, "onnxruntime", s.timeout) {
             Ok(dir) => match library_in(&dir.join("capi")) {
                 Ok(path) => {
                     return Ok(Found {
@@ -152,52 +137,6 @@ fn absolute(p: &Path) -> PathBuf {
             .map(|d| d.join(p))
             .unwrap_or_else(|_| p.to_path_buf())
     })
-}
-
-fn find_on_path(name: &str, path: Option<&OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Runs `python -c WHERE_IS_ONNXRUNTIME` (at most `timeout`): the package's folder.
-///
-/// It runs as the C compiler does ([`crate::util::process::run`]): in its own process group,
-/// killed whole when the time is up or collage dies, its outputs read while it runs and
-/// capped, so neither a hung interpreter nor a process it left holding a pipe can stall
-/// collage.
-fn ask_python(python: &Path, timeout: Duration) -> Result<PathBuf, String> {
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", WHERE_IS_ONNXRUNTIME]);
-    let out = match crate::util::process::run(&mut cmd, timeout) {
-        Ok(c) => c.stdout,
-        Err(f) if f.timed_out => {
-            return Err(format!(
-                "did not say where onnxruntime is within {} s",
-                timeout.as_secs_f64()
-            ))
-        }
-        Err(f) if f.why.starts_with("cannot be started") => {
-            return Err(f.why.replacen("cannot be started: ", "cannot be run (", 1) + ")")
-        }
-        Err(f) => {
-            let last = f
-                .stderr
-                .lines()
-                .rev()
-                .map(str::trim)
-                .find(|l| !l.is_empty());
-            return Err(match last {
-                Some(l) => format!("no onnxruntime package ({l})"),
-                None => format!("no onnxruntime package ({})", f.why),
-            });
-        }
-    };
-    let dir = out.trim();
-    if dir.is_empty() {
-        return Err("printed no folder for onnxruntime".into());
-    }
-    Ok(PathBuf::from(dir))
 }
 
 /// The library file in an `onnxruntime/capi` folder: `libonnxruntime.so.X.Y.Z` (the longest

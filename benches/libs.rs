@@ -16,16 +16,22 @@
 //! `-- /1T/` a thread count). On a shared machine, see docs/performance.md for how the figures
 //! there were taken.
 
-use collage::ir::{DType, Module};
-use collage::runtime::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
+use collage::runtime::backend::dnnl::Part;
 use collage::runtime::backend::native::{Config as NativeConfig, Native};
 use collage::runtime::backend::openblas::OpenBlasBackend;
 use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::kernel::MemCounter;
 use collage::runtime::exec::kernel::{Backend, Prepared, RunCx, Unit};
-use collage::runtime::exec::tensor::{Shape, Tensor};
-use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
+
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::{lazy_bench, load, tensors};
+
+/// The kernel's parameters as the shared set-up takes them.
+fn params(k: &KernelSpec) -> impl Iterator<Item = (&'static str, Vec<usize>, bool)> + '_ {
+    k.params.iter().map(|q| (q.name, q.dims.clone(), q.weight))
+}
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -217,90 +223,11 @@ fn partition_text(k: &KernelSpec, compiler: Option<(&str, &str)>) -> String {
     }
 }
 
-fn load(text: &str) -> Module {
-    let mut sources = SourceMap::new();
-    let file = sources.add("kernel.relay", text.to_string());
-    collage::frontend::relay::load(&sources, file).unwrap_or_else(|d| panic!("{text}\n{d:?}"))
-}
-
-/// The kernel's inputs (weights: `Some` constants for `prepare`) and its output tensors.
-#[allow(clippy::type_complexity)]
-fn tensors(
-    m: &Module,
-    k: &KernelSpec,
-) -> (Vec<Option<Arc<Tensor>>>, Vec<Arc<Tensor>>, Vec<Tensor>) {
-    let weights = Weights::new(0);
-    let mw = weights.for_module(m);
-    let mut consts = Vec::new();
-    let mut inputs = Vec::new();
-    for q in &k.params {
-        let shape = Shape {
-            dtype: DType::F32,
-            dims: q.dims.clone(),
-        };
-        let t = Arc::new(mw.random_input(q.name, &shape).expect("a random tensor"));
-        if q.weight {
-            consts.push(Some(t));
-        } else {
-            consts.push(None);
-            inputs.push(t);
-        }
-    }
-    let f = m.func(m.def("part").expect("@part"));
-    let out = match m.ty(f.body) {
-        Some(collage::ir::Type::Tensor(t)) => Shape::of(t).expect("a static shape"),
-        other => panic!("the kernel's result is {other:?}"),
-    };
-    (
-        consts,
-        inputs,
-        vec![Tensor::zeros_of(&out).expect("an output")],
-    )
-}
-
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
-}
-
-/// Registers a benchmark whose set-up (compiling and preparing the kernel) runs only when
-/// criterion's filter selects it, once: a filtered run does not pay for the other kernels.
-fn lazy_bench<S>(
-    c: &mut Criterion,
-    id: &str,
-    setup: impl FnOnce() -> S,
-    mut run: impl FnMut(&mut S),
-) {
-    let mut setup = Some(setup);
-    let mut state: Option<S> = None;
-    c.bench_function(id, |bn| {
-        let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
-        bn.iter(|| run(s))
-    });
-}
-
-/// The oneDNN partition of `k`, compiled for `threads` and prepared, run once whole (so that
-/// the primitives' sources hold the inputs), with its inputs and outputs.
-fn dnnl_setup(
-    k: &KernelSpec,
-    composite: &str,
-    threads: usize,
-) -> (DnnlPrepared, Vec<Arc<Tensor>>, Vec<Tensor>) {
-    let m = load(&partition_text(k, Some(("dnnl", composite))));
-    let weights = Weights::new(0);
-    let mw = weights.for_module(&m);
-    let b = DnnlBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
-    let kernel = b
-        .compile_function(&m, m.def("part").expect("@part"), &mw)
-        .unwrap_or_else(|u| panic!("{}: {}", k.name, u.message));
-    let (consts, inputs, mut outputs) = tensors(&m, k);
-    let prepared = kernel.prepare_site(&consts).expect("prepares");
-    prepared
-        .run_part(&inputs, &mut outputs, Part::All)
-        .expect("runs");
-    (prepared, inputs, outputs)
 }
 
 fn bench_libs(c: &mut Criterion) {
@@ -322,7 +249,12 @@ fn bench_libs(c: &mut Criterion) {
                         c,
                         &format!("{}/dnnl/{tag}/{what}", k.name),
                         || {
-                            let s = dnnl_setup(&k, composite, threads);
+                            let s = kernels::dnnl_setup(
+                                &partition_text(&k, Some(("dnnl", composite))),
+                                k.name,
+                                params(&k),
+                                threads,
+                            );
                             assert_eq!(
                                 s.0.step_counts().1 > 0,
                                 k.reorders,
@@ -371,7 +303,7 @@ fn bench_libs(c: &mut Criterion) {
                     let kernel = b
                         .compile(&unit, &mw)
                         .unwrap_or_else(|u| panic!("{}: {name}: {}", k.name, u.message));
-                    let (consts, inputs, outputs) = tensors(&m, &k);
+                    let (consts, inputs, outputs) = tensors(&m, params(&k));
                     let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
                     (prepared, inputs, outputs)
                 };

@@ -14,15 +14,15 @@
 //! Run with `cargo bench --bench mobilenet` (`-- dw/` the depthwise ones, `-- pw/` the pointwise
 //! ones, `-- /2T/` one thread count, `-- /native/` one backend).
 
-use collage::ir::{DType, Module};
 use collage::runtime::backend::dnnl::{DnnlBackend, Part};
 use collage::runtime::backend::native::{Config as NativeConfig, Native};
 use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::kernel::{Backend, MemCounter, Prepared, RunCx, Unit};
-use collage::runtime::exec::tensor::{Shape, Tensor};
-use collage::source::SourceMap;
 use criterion::{criterion_group, criterion_main, Criterion};
-use std::sync::Arc;
+
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::{dnnl_setup, lazy_bench, load, tensors};
 use std::time::Duration;
 
 /// One convolution: input channels, output channels, input height = width, window, stride,
@@ -163,59 +163,6 @@ fn convs() -> Vec<Conv> {
     ]
 }
 
-fn load(text: &str) -> Module {
-    let mut sources = SourceMap::new();
-    let file = sources.add("kernel.relay", text.to_string());
-    collage::frontend::relay::load(&sources, file).unwrap_or_else(|d| panic!("{text}\n{d:?}"))
-}
-
-/// The constants (`Some`: weight and bias), the input and the output of `conv`'s partition.
-#[allow(clippy::type_complexity)]
-fn tensors(m: &Module, conv: &Conv) -> (Vec<Option<Arc<Tensor>>>, Vec<Arc<Tensor>>, Vec<Tensor>) {
-    let weights = Weights::new(0);
-    let mw = weights.for_module(m);
-    let mut consts = Vec::new();
-    let mut inputs = Vec::new();
-    for (name, dims, weight) in conv.params() {
-        let shape = Shape {
-            dtype: DType::F32,
-            dims,
-        };
-        let t = Arc::new(mw.random_input(name, &shape).expect("a random tensor"));
-        if weight {
-            consts.push(Some(t));
-        } else {
-            consts.push(None);
-            inputs.push(t);
-        }
-    }
-    let f = m.func(m.def("part").expect("@part"));
-    let out = match m.ty(f.body) {
-        Some(collage::ir::Type::Tensor(t)) => Shape::of(t).expect("a static shape"),
-        other => panic!("the kernel's result is {other:?}"),
-    };
-    (
-        consts,
-        inputs,
-        vec![Tensor::zeros_of(&out).expect("an output")],
-    )
-}
-
-/// Registers a benchmark whose set-up runs only when criterion's filter selects it.
-fn lazy_bench<S>(
-    c: &mut Criterion,
-    id: &str,
-    setup: impl FnOnce() -> S,
-    mut run: impl FnMut(&mut S),
-) {
-    let mut setup = Some(setup);
-    let mut state: Option<S> = None;
-    c.bench_function(id, |bn| {
-        let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
-        bn.iter(|| run(s))
-    });
-}
-
 fn bench_convs(c: &mut Criterion) {
     let omp = collage::runtime::ffi::omp::Omp::shared().unwrap_or_else(|e| panic!("{e}"));
     let cache = tempfile::tempdir().expect("a temporary kernel cache");
@@ -235,21 +182,7 @@ fn bench_convs(c: &mut Criterion) {
                     lazy_bench(
                         c,
                         &format!("{}/dnnl/{tag}/{what}", conv.name()),
-                        || {
-                            let m = load(&conv.text(true));
-                            let weights = Weights::new(0);
-                            let mw = weights.for_module(&m);
-                            let b = DnnlBackend::new(threads).unwrap_or_else(|e| panic!("{e}"));
-                            let kernel = b
-                                .compile_function(&m, m.def("part").expect("@part"), &mw)
-                                .unwrap_or_else(|u| panic!("{}: {}", conv.name(), u.message));
-                            let (consts, inputs, mut outputs) = tensors(&m, &conv);
-                            let prepared = kernel.prepare_site(&consts).expect("prepares");
-                            prepared
-                                .run_part(&inputs, &mut outputs, Part::All)
-                                .expect("runs");
-                            (prepared, inputs, outputs)
-                        },
+                        || dnnl_setup(&conv.text(true), &conv.name(), conv.params(), threads),
                         |(prepared, inputs, outputs)| {
                             prepared.run_part(inputs, outputs, part).expect("runs")
                         },
@@ -275,7 +208,7 @@ fn bench_convs(c: &mut Criterion) {
                     let kernel = b
                         .compile(&unit, &mw)
                         .unwrap_or_else(|u| panic!("{}: {}", conv.name(), u.message));
-                    let (consts, inputs, outputs) = tensors(&m, &conv);
+                    let (consts, inputs, outputs) = tensors(&m, conv.params());
                     let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
                     (prepared, inputs, outputs)
                 },

@@ -125,25 +125,13 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
     if g.n * g.o == 0 {
         return true;
     }
-    let og = g.o / g.groups;
     let (hq, wq, plen) = (p.hq, p.wq, p.plen);
     let phases = p.sy * p.sx;
-    let work = g.n * g.o * g.oh * g.ow * g.kh * g.kw;
-    let par = cx.parallel_for(work / 4);
     cx.line(format!(
         "/* depthwise convolution over {phases} phase planes of {hq}x{wq} */"
     ));
-    let (nn, oc) = (cx.fresh("n"), cx.fresh("oc"));
-    let nv = cx.vars.fresh(nn.clone(), g.n);
-    let ov = cx.vars.fresh(oc.clone(), g.o);
-    if par {
-        cx.omp(2);
-    }
-    cx.open(format!("for (long {nn} = 0; {nn} < {}L; {nn}++)", g.n));
-    cx.open(format!("for (long {oc} = 0; {oc} < {}L; {oc}++)", g.o));
-    super::gemm::thread_scratch(cx, "ph", 0);
+    let (nv, ov, ic) = super::gemm::depthwise_loops(cx, &g, "ph");
     cx.line(format!("float* restrict acc = ph + {}L;", phases * plen));
-    let ic = Ix::var(ov).div(og as i64, &cx.vars);
 
     // The phase planes: padded row `y` is row `y / sy` of the planes of phase row `y % sy`.
     let y = cx.fresh("y");

@@ -575,6 +575,27 @@ fn epilogue_tile(
     cx.close();
 }
 
+/// The loops a depthwise convolution runs its channels in: over images and output channels
+/// (collapsed onto the pool when the work is large enough), each iteration with the scratch
+/// pointer `scratch` of its thread. Returns the image and channel variables and the input
+/// channel's index; the caller closes the two loops.
+pub(super) fn depthwise_loops(cx: &mut Cx<'_>, g: &ConvGeom, scratch: &str) -> (u32, u32, Ix) {
+    let og = g.o / g.groups;
+    let work = g.n * g.o * g.oh * g.ow * g.kh * g.kw;
+    let par = cx.parallel_for(work / 4);
+    let (nn, oc) = (cx.fresh("n"), cx.fresh("oc"));
+    let nv = cx.vars.fresh(nn.clone(), g.n);
+    let ov = cx.vars.fresh(oc.clone(), g.o);
+    if par {
+        cx.omp(2);
+    }
+    cx.open(format!("for (long {nn} = 0; {nn} < {}L; {nn}++)", g.n));
+    cx.open(format!("for (long {oc} = 0; {oc} < {}L; {oc}++)", g.o));
+    thread_scratch(cx, scratch, 0);
+    let ic = Ix::var(ov).div(og as i64, &cx.vars);
+    (nv, ov, ic)
+}
+
 /// The per-thread scratch pointer (`float*`) at float offset `off` of this thread's area.
 pub(super) fn thread_scratch(cx: &mut Cx<'_>, name: &str, off: usize) {
     cx.line(format!(
@@ -812,21 +833,9 @@ fn depthwise(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: 
     if g.n * g.o * g.oh * g.ow == 0 {
         return;
     }
-    let og = g.o / g.groups;
     let ph = (g.oh - 1) * g.stride.0 + (g.kh - 1) * g.dilation.0 + 1;
     let pw = (g.ow - 1) * g.stride.1 + (g.kw - 1) * g.dilation.1 + 1;
-    let work = g.n * g.o * g.oh * g.ow * g.kh * g.kw;
-    let par = cx.parallel_for(work / 4);
-    let (nn, oc) = (cx.fresh("n"), cx.fresh("oc"));
-    let nv = cx.vars.fresh(nn.clone(), g.n);
-    let ov = cx.vars.fresh(oc.clone(), g.o);
-    if par {
-        cx.omp(2);
-    }
-    cx.open(format!("for (long {nn} = 0; {nn} < {}L; {nn}++)", g.n));
-    cx.open(format!("for (long {oc} = 0; {oc} < {}L; {oc}++)", g.o));
-    thread_scratch(cx, "pl", 0);
-    let ic = Ix::var(ov).div(og as i64, &cx.vars);
+    let (nv, ov, ic) = depthwise_loops(cx, &g, "pl");
     // The padded plane.
     let (y, x) = (cx.fresh("y"), cx.fresh("x"));
     cx.open(format!("for (long {y} = 0; {y} < {ph}L; {y}++)"));

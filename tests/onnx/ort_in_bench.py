@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import time_ort  # noqa: E402
@@ -50,14 +49,7 @@ def python_ort_ms(args, np, ort):
     sess = ort.InferenceSession(args.model, sess_options=so, providers=["CPUExecutionProvider"])
     targs = time_ort.parse_args([args.model] + sum((["--dim", d] for d in args.dim), []))
     feeds = time_ort.inputs_for(np, sess, targs)
-    for _ in range(3):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return statistics.median(time_ort.time_runs(sess, feeds, 3, args.runs))
 
 
 def main(argv):

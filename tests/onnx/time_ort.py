@@ -119,6 +119,18 @@ def quantile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def time_runs(sess, feeds, warmup, runs):
+    """The times in ms of `runs` runs of `sess` on `feeds`, after `warmup` untimed runs."""
+    for _ in range(warmup):
+        sess.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def main(argv):
     args = parse_args(argv)
     import numpy as np
@@ -127,14 +139,7 @@ def main(argv):
     so = session_options(ort, args.threads, args.spinning)
     sess = ort.InferenceSession(args.model, sess_options=so, providers=["CPUExecutionProvider"])
     feeds = inputs_for(np, sess, args)
-    for _ in range(args.warmup):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1e3)
-    ordered = sorted(times)
+    ordered = sorted(time_runs(sess, feeds, args.warmup, args.runs))
     median = statistics.median(ordered)
     result = {
         "model": args.model,

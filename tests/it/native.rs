@@ -1141,7 +1141,9 @@ mod depthwise {
             epilogue in 0u8..=3,
         ) {
             let cs = case(n, c, h + k, w + k, k, stride, pad, epilogue);
-            let r = check(std::slice::from_ref(&cs), true);
+            // One channel is one group: an ordinary convolution, which the phase-plane kernel
+            // is not for (its numbers are still checked).
+            let r = check(std::slice::from_ref(&cs), c > 1);
             prop_assert!(r.is_ok(), "{}", r.unwrap_err());
         }
     }

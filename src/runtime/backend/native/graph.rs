@@ -1049,7 +1049,7 @@ impl OpCx<'_, '_> {
             f,
         );
         let r = if op == Op::Softmax {
-            self.push(NOp::Bin(Bin::Div, e, s), o.dims, o.dtype)
+            self.times_reciprocal(e, s, kd, o.dims, o.dtype)
         } else {
             let ls = self.push(NOp::Un(Un::Log, s), kd, f);
             self.push(NOp::Bin(Bin::Sub, d, ls), o.dims, o.dtype)
@@ -1080,6 +1080,25 @@ impl OpCx<'_, '_> {
             y = self.push(NOp::Bin(Bin::Add, y, bv), dims, f);
         }
         Ok(y)
+    }
+
+    /// `x / d` for a divisor `d` that is constant along the axes `x` has and `d` keeps at 1
+    /// (a row's sum, a row's deviation): `x * (1 / d)`. The reciprocal is invariant in the
+    /// inner loop, so the compiler computes it once per row and the elements cost a multiply
+    /// instead of a division; the result is at most one rounding away from `x / d` (these
+    /// operators are not single IEEE operations, docs/native.md "Numerics").
+    fn times_reciprocal(
+        &mut self,
+        x: NodeId,
+        d: NodeId,
+        d_dims: Vec<usize>,
+        dims: Vec<usize>,
+        dtype: DType,
+    ) -> NodeId {
+        let f = DType::F32;
+        let one = self.b.lit_node(Lit::F(1.0), f, Vec::new());
+        let inv = self.push(NOp::Bin(Bin::Div, one, d), d_dims, f);
+        self.push(NOp::Bin(Bin::Mul, x, inv), dims, dtype)
     }
 
     /// `nn.layer_norm`: two mean reductions and elementwise operators.
@@ -1121,8 +1140,8 @@ impl OpCx<'_, '_> {
         );
         let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
         let ve = self.push(NOp::Bin(Bin::Add, var, e), kd.clone(), f);
-        let den = self.push(NOp::Un(Un::Sqrt, ve), kd, f);
-        let y = self.push(NOp::Bin(Bin::Div, dv, den), dims, f);
+        let den = self.push(NOp::Un(Un::Sqrt, ve), kd.clone(), f);
+        let y = self.times_reciprocal(dv, den, kd, dims, f);
         let y = self.scale_shift(y, g, bt, axis)?;
         Ok(Val::T(self.retype(y, &o)))
     }
@@ -1147,11 +1166,13 @@ impl OpCx<'_, '_> {
         let e = self.b.lit_node(Lit::F(eps), f, Vec::new());
         let cd = self.node(var).dims.clone();
         let ve = self.push(NOp::Bin(Bin::Add, var, e), cd.clone(), f);
-        let den = self.push(NOp::Un(Un::Sqrt, ve), cd, f);
+        let den = self.push(NOp::Un(Un::Sqrt, ve), cd.clone(), f);
+        let one = self.b.lit_node(Lit::F(1.0), f, Vec::new());
+        let inv = self.push(NOp::Bin(Bin::Div, one, den), cd, f);
         let mv = self.along(mean, axis, rank);
-        let dv = self.along(den, axis, rank);
+        let iv = self.along(inv, axis, rank);
         let c = self.push(NOp::Bin(Bin::Sub, x, mv), dims.clone(), f);
-        let y = self.push(NOp::Bin(Bin::Div, c, dv), dims, f);
+        let y = self.push(NOp::Bin(Bin::Mul, c, iv), dims, f);
         let y = self.scale_shift(y, g, bt, axis)?;
         let y = self.retype(y, &o);
         Ok(Val::Tuple(vec![Val::T(y), Val::T(mean), Val::T(var)]))

@@ -68,12 +68,18 @@ impl Hash for AttrValue {
 }
 
 impl AttrValue {
-    /// An `int32` integer.
+    /// An integer: `int32`, or `int64` when it does not fit (as the text format reads an
+    /// unsuffixed integer, so that printing and parsing it again gives the same value).
     pub fn int(v: i64) -> AttrValue {
-        AttrValue::Int(v, DType::I32)
+        let dtype = if i32::try_from(v).is_ok() {
+            DType::I32
+        } else {
+            DType::I64
+        };
+        AttrValue::Int(v, dtype)
     }
 
-    /// An array of `int32` integers.
+    /// An array of integers, each as [`AttrValue::int`] makes it.
     pub fn ints(vs: &[i64]) -> AttrValue {
         AttrValue::Array(vs.iter().map(|&v| AttrValue::int(v)).collect())
     }

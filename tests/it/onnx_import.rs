@@ -658,6 +658,83 @@ fn integer_and_boolean_tensors_run() {
     }
 }
 
+/// Printed plans parse again whatever the importer made: scalars of dtypes the text format has
+/// no literal for (here the int8 bounds of a Gather's negative-index wrap) and attribute
+/// integers beyond int32 (a Reshape of a dimension of 2^31). Both once made `partition` fail
+/// its own check of the printed program (E2103, exit code 101).
+#[test]
+fn printed_plans_of_narrow_scalars_and_huge_dimensions_parse_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gather = b::graph(
+        vec![b::node("Gather", &["emb", "ids"], &["y"], vec![])],
+        vec![b::value("ids", 3, &["3"])],
+        vec![b::value("y", b::code::FLOAT, &["3", "2"])],
+        vec![b::f32s(
+            "emb",
+            &[4, 2],
+            &[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5],
+        )],
+    );
+    std::fs::write(dir.path().join("g.onnx"), b::encode(&b::model(13, gather))).unwrap();
+    let ids = Tensor::from_slice(collage::ir::DType::I8, &[3], &[-1i8, 0, 2]).unwrap();
+    std::fs::write(dir.path().join("ids.npy"), npy::write(&ids).unwrap()).unwrap();
+    let reshape = b::graph(
+        vec![b::node("Reshape", &["x", "shape"], &["y"], vec![])],
+        vec![b::value("x", b::code::FLOAT, &["batch", "4"])],
+        vec![b::value("y", b::code::FLOAT, &["batch", "2", "2"])],
+        vec![b::i64s("shape", &[3], &[-1, 2, 2])],
+    );
+    std::fs::write(dir.path().join("r.onnx"), b::encode(&b::model(13, reshape))).unwrap();
+    for (model, extra) in [
+        ("g.onnx", vec![]),
+        ("r.onnx", vec!["--dim", "batch=2147483648"]),
+    ] {
+        let mut args = vec!["partition", model, "--costs", "analytic", "-o", "out.relay"];
+        args.extend(extra);
+        let out = collage_in(dir.path(), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{model}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let parsed = collage_in(dir.path(), ["parse", "out.relay"]);
+        assert!(
+            parsed.status.success(),
+            "{model}: {}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(dir.path().join("out.relay")).unwrap();
+    assert!(text.contains("2147483648i64"), "{text}");
+    // The int8 Gather runs, its negative index wrapping as ONNX says.
+    let out = collage_in(
+        dir.path(),
+        [
+            "run",
+            "g.onnx",
+            "--input",
+            "ids=ids.npy",
+            "--output-dir",
+            ".",
+            "--check-reference",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let y = read_npy(&dir.path().join("output0.npy"));
+    let want = Tensor::from_slice(
+        collage::ir::DType::F32,
+        &[3, 2],
+        &[3.0f32, 3.5, 0.0, 0.5, 2.0, 2.5],
+    )
+    .unwrap();
+    assert_eq!(y.bytes(), want.bytes());
+}
+
 /// Runs a built model on the reference interpreter.
 fn run_proto(m: &collage::frontend::onnx::proto::ModelProto, inputs: Vec<Tensor>) -> Vec<Tensor> {
     let imp = import_proto(m, &none()).unwrap_or_else(|d| panic!("{d:?}"));

@@ -487,7 +487,7 @@ impl Builder {
             let value = if dtype == DType::F32 || dtype == DType::F64 {
                 Some(Scalar::Float(t.get_f64(0)))
             } else if dtype == DType::I32 || dtype == DType::I64 {
-                Some(Scalar::Int(t.get_f64(0) as i64))
+                Some(Scalar::Int(t.get_i64(0)))
             } else if dtype == DType::BOOL {
                 Some(Scalar::Bool(t.get_f64(0) != 0.0))
             } else {

@@ -13,6 +13,8 @@ use crate::frontend::onnx::tensor::DType as OnnxDType;
 use crate::ir::{AttrValue, DType, Dim, ExprId};
 use crate::ops::{rel, Op};
 
+mod written;
+
 /// The highest rank an axes list, shape or permutation may describe.
 const MAX_RANK: usize = 64;
 /// The largest stride or dilation taken.
@@ -612,12 +614,15 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
                 ),
             ))
         }
-        other => {
-            return Err(cx.error(
-                E3022,
-                format!("operator `{other}` (opset {opset}) is not supported"),
-            ))
-        }
+        other => match written::convert(cx, node)? {
+            Some(out) => out,
+            None => {
+                return Err(cx.error(
+                    E3022,
+                    format!("operator `{other}` (opset {opset}) is not supported"),
+                ))
+            }
+        },
     };
     cx.bind(0, out);
     Ok(())

@@ -215,6 +215,61 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<Option<ExprId>> {
         "Trilu" => trilu(cx, node)?,
         "OneHot" => one_hot(cx, node)?,
         "LRN" => lrn(cx, node)?,
+        "Mod" => modulo(cx, node)?,
+        "CumSum" => cumsum(cx, node)?,
+        "Hardmax" => hardmax(cx, node)?,
+        "LpNormalization" => {
+            let x = cx.input(0)?;
+            let rank = cx.shape(x)?.len();
+            let axis = cx.axis(attr_int(node, "axis", -1), rank)? as i64;
+            let norm = match attr_int(node, "p", 2) {
+                1 => {
+                    let a = cx.call(Op::Abs, &[x], &[])?;
+                    reduce_keep(cx, Op::Sum, a, &[axis])?
+                }
+                2 => {
+                    let x2 = cx.call(Op::Multiply, &[x, x], &[])?;
+                    let s = reduce_keep(cx, Op::Sum, x2, &[axis])?;
+                    cx.call(Op::Sqrt, &[s], &[])?
+                }
+                p => return Err(cx.unsupported(format_args!("p = {p}"))),
+            };
+            // A zero norm divides by one (its line is all zeros and stays so).
+            let d = cx.dtype_of_expr(x)?;
+            let zero = cx.scalar(0.0, d);
+            let one = cx.scalar(1.0, d);
+            let is_zero = cx.call(Op::Equal, &[norm, zero], &[])?;
+            let norm = cx.call(Op::Where, &[is_zero, one, norm], &[])?;
+            cx.call(Op::Divide, &[x, norm], &[])?
+        }
+        "MeanVarianceNormalization" => {
+            // (x - mean) / (sqrt(variance) + 1e-9) over `axes` (default 0, 2, 3)
+            let x = cx.input(0)?;
+            let rank = cx.shape(x)?.len();
+            let axes = super::attr_ints(node, "axes").unwrap_or_else(|| vec![0, 2, 3]);
+            let axes = cx.axes(&axes, rank)?;
+            let (centred, var) = centred_variance(cx, x, &axes)?;
+            let sd = cx.call(Op::Sqrt, &[var], &[])?;
+            let den = cx.add_scalar(sd, 1e-9)?;
+            cx.call(Op::Divide, &[centred, den], &[])?
+        }
+        "GroupNormalization" => group_norm(cx, node)?,
+        "RMSNormalization" => {
+            // x / sqrt(mean(x²) + epsilon) · scale over the axes from `axis` on.
+            let x = cx.input(0)?;
+            let scale = cx.input(1)?;
+            let rank = cx.shape(x)?.len();
+            let axis = cx.axis(attr_int(node, "axis", -1), rank)?;
+            let axes: Vec<i64> = (axis as i64..rank as i64).collect();
+            let eps = attr_float(node, "epsilon", 1e-5) as f64;
+            let x2 = cx.call(Op::Multiply, &[x, x], &[])?;
+            let m = reduce_keep(cx, Op::Mean, x2, &axes)?;
+            let me = cx.add_scalar(m, eps)?;
+            let rms = cx.call(Op::Sqrt, &[me], &[])?;
+            let y = cx.call(Op::Divide, &[x, rms], &[])?;
+            cx.call(Op::Multiply, &[y, scale], &[])?
+        }
+        "GatherND" => gather_nd(cx, node)?,
         "DequantizeLinear" => dequantize(cx, node)?,
         "QuantizeLinear" => quantize(cx, node)?,
         _ => return Ok(None),
@@ -471,4 +526,231 @@ fn quantize(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
         &[("a_min", float(lo)), ("a_max", float(hi))],
     )?;
     cx.call(Op::Cast, &[q], &[("dtype", string(&to.to_string()))])
+}
+
+/// `op` (a reduction) over `axes`, keeping them.
+fn reduce_keep(cx: &mut Cx<'_>, op: Op, x: ExprId, axes: &[i64]) -> R<ExprId> {
+    cx.call(
+        op,
+        &[x],
+        &[("axis", ints(axes)), ("keepdims", boolean(true))],
+    )
+}
+
+/// `x - mean` and the variance (mean of its square) over `axes`.
+fn centred_variance(cx: &mut Cx<'_>, x: ExprId, axes: &[i64]) -> R<(ExprId, ExprId)> {
+    let m = reduce_keep(cx, Op::Mean, x, axes)?;
+    let c = cx.call(Op::Subtract, &[x, m], &[])?;
+    let c2 = cx.call(Op::Multiply, &[c, c], &[])?;
+    let v = reduce_keep(cx, Op::Mean, c2, axes)?;
+    Ok((c, v))
+}
+
+/// `Mod`: for floats (`fmod = 1`) `a - trunc(a / b) · b`, the sign of `a`; for integers the
+/// truncated remainder with `fmod = 1`, else the floored one (the sign of `b`).
+fn modulo(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    let a = cx.input(0)?;
+    let b = cx.input(1)?;
+    let d = cx.dtype_of_expr(a)?;
+    let fmod = attr_int(node, "fmod", 0) != 0;
+    let zero = cx.scalar(0.0, d);
+    if d.is_float() {
+        if !fmod {
+            return Err(cx.unsupported("floats and fmod = 0 (ONNX requires fmod = 1)"));
+        }
+        let q = cx.call(Op::Divide, &[a, b], &[])?;
+        let neg = cx.call(Op::Less, &[q, zero], &[])?;
+        let up = cx.call(Op::Ceil, &[q], &[])?;
+        let down = cx.call(Op::Floor, &[q], &[])?;
+        let t = cx.call(Op::Where, &[neg, up, down], &[])?;
+        let tb = cx.call(Op::Multiply, &[t, b], &[])?;
+        return cx.call(Op::Subtract, &[a, tb], &[]);
+    }
+    // Integer division truncates, so `a - (a / b) b` is the truncated remainder.
+    let q = cx.call(Op::Divide, &[a, b], &[])?;
+    let qb = cx.call(Op::Multiply, &[q, b], &[])?;
+    let r = cx.call(Op::Subtract, &[a, qb], &[])?;
+    if fmod {
+        return Ok(r);
+    }
+    let nonzero = cx.call(Op::NotEqual, &[r, zero], &[])?;
+    let rn = cx.call(Op::Less, &[r, zero], &[])?;
+    let bn = cx.call(Op::Less, &[b, zero], &[])?;
+    let signs = cx.call(Op::NotEqual, &[rn, bn], &[])?;
+    let no = cx.scalar(0.0, DType::BOOL);
+    let fix = cx.call(Op::Where, &[nonzero, signs, no], &[])?;
+    let rb = cx.call(Op::Add, &[r, b], &[])?;
+    cx.call(Op::Where, &[fix, rb, r], &[])
+}
+
+/// `CumSum` along a known axis: the input given a second copy of the axis, masked by which
+/// positions each output sums (`exclusive`, `reverse`), and summed over the copy. This costs
+/// n² per line of n, so the masked product may have at most 2^26 elements.
+fn cumsum(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    let x = cx.input(0)?;
+    let s = cx.shape(x)?;
+    let axis = cx
+        .const_ints(1)?
+        .and_then(|v| v.first().copied())
+        .ok_or_else(|| cx.error(E3016, "`CumSum` needs its axis"))?;
+    let rank = s.len();
+    let axis = cx.axis(axis, rank)?;
+    let n = s[axis];
+    let total = s.iter().product::<i64>().saturating_mul(n.max(1));
+    if total > 1 << 26 {
+        return Err(cx.unsupported(format_args!(
+            "{n} elements along the axis of an input of shape {s:?} (collage takes sums of up \
+             to 2^26 products)"
+        )));
+    }
+    let outs = arange_along(cx, n, 0, 2)?;
+    let ins = arange_along(cx, n, 1, 2)?;
+    let op = match (
+        attr_int(node, "exclusive", 0) != 0,
+        attr_int(node, "reverse", 0) != 0,
+    ) {
+        (false, false) => Op::LessEqual,
+        (true, false) => Op::Less,
+        (false, true) => Op::GreaterEqual,
+        (true, true) => Op::Greater,
+    };
+    let mask = cx.call(op, &[ins, outs], &[])?;
+    let mut mask_shape = vec![1; rank + 1];
+    mask_shape[axis] = n;
+    mask_shape[axis + 1] = n;
+    let mask = cx.reshape(mask, &mask_shape)?;
+    let mut xs = s.clone();
+    xs.insert(axis, 1);
+    let xe = cx.reshape(x, &xs)?;
+    let d = cx.dtype_of_expr(x)?;
+    let zero = cx.scalar(0.0, d);
+    let terms = cx.call(Op::Where, &[mask, xe, zero], &[])?;
+    cx.call(
+        Op::Sum,
+        &[terms],
+        &[
+            ("axis", ints(&[axis as i64 + 1])),
+            ("keepdims", boolean(false)),
+        ],
+    )
+}
+
+/// `Hardmax`: 1 where the first maximum along `axis` is, else 0 (opset 13 and later, or a
+/// 2-d input with the old default axis 1).
+fn hardmax(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    let x = cx.input(0)?;
+    let s = cx.shape(x)?;
+    let rank = s.len();
+    let opset = cx.opset();
+    let raw = attr_int(node, "axis", if opset < 13 { 1 } else { -1 });
+    let axis = cx.axis(raw, rank)?;
+    if opset < 13 && axis + 1 != rank {
+        return Err(cx.unsupported("an axis other than the last before opset 13"));
+    }
+    let am = cx.call(
+        Op::Argmax,
+        &[x],
+        &[("axis", ints(&[axis as i64])), ("keepdims", boolean(true))],
+    )?;
+    let am = cx.cast(am, DType::I64)?;
+    let ar = arange_along(cx, s[axis], axis, rank)?;
+    let hot = cx.call(Op::Equal, &[am, ar], &[])?;
+    let d = cx.dtype_of_expr(x)?;
+    cx.cast(hot, d)
+}
+
+/// `GroupNormalization`: the channels in `num_groups` groups, each normalised over its channels
+/// and the spatial axes, then scaled and shifted per channel (opset 21) or per group (opset 18,
+/// the group's value repeated over its channels).
+fn group_norm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    let x = cx.input(0)?;
+    let s = cx.shape(x)?;
+    if s.len() < 2 {
+        return Err(cx.unsupported(format_args!("an input of rank {}", s.len())));
+    }
+    let g = attr_int(node, "num_groups", 0);
+    let (n, c) = (s[0], s[1]);
+    if g < 1 || c % g != 0 {
+        return Err(cx.unsupported(format_args!("{g} groups of {c} channels")));
+    }
+    let eps = attr_float(node, "epsilon", 1e-5) as f64;
+    let rest: i64 = s[1..].iter().product::<i64>() / g;
+    let xr = cx.reshape(x, &[n, g, rest])?;
+    let (centred, var) = centred_variance(cx, xr, &[2])?;
+    let ve = cx.add_scalar(var, eps)?;
+    let sd = cx.call(Op::Sqrt, &[ve], &[])?;
+    let y = cx.call(Op::Divide, &[centred, sd], &[])?;
+    let y = cx.reshape(y, &s)?;
+    let mut per = vec![1; s.len()];
+    per[1] = c;
+    let mut params = Vec::new();
+    for i in [1, 2] {
+        let p = cx.input(i)?;
+        let len: i64 = cx.shape(p)?.iter().product();
+        let p = if len == c {
+            cx.reshape(p, &per)?
+        } else if len == g {
+            let col = cx.reshape(p, &[g, 1])?;
+            let rep = cx.call(Op::BroadcastTo, &[col], &[("shape", ints(&[g, c / g]))])?;
+            cx.reshape(rep, &per)?
+        } else {
+            return Err(cx.unsupported(format_args!(
+                "a scale or bias of {len} values for {c} channels in {g} groups"
+            )));
+        };
+        params.push(p);
+    }
+    let y = cx.call(Op::Multiply, &[y, params[0]], &[])?;
+    cx.call(Op::Add, &[y, params[1]], &[])
+}
+
+/// `GatherND` with `batch_dims = 0`: each index tuple becomes a position in the data flattened
+/// over the indexed axes (negative components counted from the axis's end), then `take`.
+fn gather_nd(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
+    if attr_int(node, "batch_dims", 0) != 0 {
+        return Err(cx.unsupported("batch_dims other than 0"));
+    }
+    let data = cx.input(0)?;
+    let idx = cx.input(1)?;
+    let ds = cx.shape(data)?;
+    let is = cx.shape(idx)?;
+    let k = *is
+        .last()
+        .ok_or_else(|| cx.unsupported("indices of rank 0"))?;
+    if k < 1 || k as usize > ds.len() {
+        return Err(cx.unsupported(format_args!(
+            "index tuples of {k} for data of rank {}",
+            ds.len()
+        )));
+    }
+    let k = k as usize;
+    let mut strides = vec![1i64; k];
+    for j in (0..k.saturating_sub(1)).rev() {
+        strides[j] = strides[j + 1] * ds[j + 1];
+    }
+    let outer: i64 = ds[..k].iter().product();
+    let mut flat_shape = vec![outer];
+    flat_shape.extend_from_slice(&ds[k..]);
+    let flat_data = cx.reshape(data, &flat_shape)?;
+    let i = cx.cast(idx, DType::I64)?;
+    let extents = cx.i64s(&ds[..k]);
+    let zero = cx.scalar(0.0, DType::I64);
+    let neg = cx.call(Op::Less, &[i, zero], &[])?;
+    let wrapped = cx.call(Op::Add, &[i, extents], &[])?;
+    let i = cx.call(Op::Where, &[neg, wrapped, i], &[])?;
+    let st = cx.i64s(&strides);
+    let offs = cx.call(Op::Multiply, &[i, st], &[])?;
+    let flat = cx.call(
+        Op::Sum,
+        &[offs],
+        &[
+            ("axis", ints(&[is.len() as i64 - 1])),
+            ("keepdims", boolean(false)),
+        ],
+    )?;
+    cx.call(
+        Op::Take,
+        &[flat_data, flat],
+        &[("axis", super::int(0)), ("mode", string("clip"))],
+    )
 }

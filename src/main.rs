@@ -284,8 +284,11 @@ enum Command {
         #[arg(long)]
         profile: bool,
         /// The most memory the model may need (constants, inputs and the peak of intermediate
-        /// tensors, computed before anything is allocated): bytes, or with a suffix `K`, `M`,
-        /// `G`, `T` (default: the memory available to this process).
+        /// tensors, computed before anything is allocated; default: the memory available to
+        /// this process), and the resident memory the placements are built under: when they
+        /// may not all fit at once, they are built, checked and timed in groups, each with one
+        /// anchor placement (default 1.75 GiB, or the memory available if less). Bytes, or with
+        /// a suffix `K`, `M`, `G`, `T`.
         #[arg(long, value_name = "SIZE")]
         max_memory: Option<String>,
         /// ONNX Runtime on the same file as one more placement (an ONNX model only).

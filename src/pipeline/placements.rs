@@ -86,6 +86,17 @@ pub struct Row {
     pub status: Status,
     /// For ONNX Runtime's placement: its version, library, settings and session opening time.
     pub onnxruntime: Option<onnxruntime::Info>,
+    /// The group it was timed in (`Some(0)` for every placement that ran when all were built
+    /// at once; see [`Grouping`]).
+    pub group: Option<usize>,
+    /// What it added to the resident memory, when it was measured (in groups only).
+    pub footprint: Option<Footprint>,
+    /// Its median latency over the anchor's in the same rounds, when timed in groups.
+    pub relative: Option<f64>,
+    /// When timed in groups: its latency for comparisons, [`Row::relative`] times the
+    /// anchor's median latency in the first group (so two placements of different groups are
+    /// compared through the anchor, each against it in its own rounds).
+    pub compared: Option<f64>,
 }
 
 impl Row {
@@ -94,6 +105,20 @@ impl Row {
         match &self.status {
             Status::Ran { timing, .. } => Some(timing),
             Status::Same(other) => rows.iter().find(|r| &r.name == other)?.timing(rows),
+            Status::Skipped(_) => None,
+        }
+    }
+
+    /// Its latency for comparisons (seconds): its median latency, or when the placements were
+    /// timed in groups, its ratio to the anchor in its group times the anchor's median in the
+    /// first group ([`Row::compared`]); that of the placement it is the same as.
+    pub fn compared_seconds(&self, rows: &[Row]) -> Option<f64> {
+        match &self.status {
+            Status::Same(other) => rows
+                .iter()
+                .find(|r| &r.name == other)?
+                .compared_seconds(rows),
+            Status::Ran { timing, .. } => Some(self.compared.unwrap_or(timing.seconds)),
             Status::Skipped(_) => None,
         }
     }
@@ -223,6 +248,9 @@ pub struct Bench<'a> {
     pub lock: Option<&'a Path>,
     /// ONNX Runtime, when it is a placement ([`onnxruntime::decide`]).
     pub onnxruntime: Option<&'a onnxruntime::Plan>,
+    /// The resident memory the placements are built under (bytes; `None`: all are built at
+    /// once): when they may not all fit, they are built and timed in groups ([`Grouping`]).
+    pub max_memory: Option<u64>,
 }
 
 /// The placements of a plan, by name, with their estimated costs and chosen candidates
@@ -239,17 +267,116 @@ pub fn of_plan(plan: &Plan) -> Vec<(String, Option<f64>, Option<Vec<usize>>)> {
     placements
 }
 
-/// Builds and checks each placement of `plan`, then times those that run, together.
-pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<Row> {
+/// How the placements were built and timed when they did not all fit in memory at once
+/// (`--max-memory`): in groups, each timed in its own rounds together with the anchor.
+#[derive(Clone, Debug)]
+pub struct Grouping {
+    /// The limit (bytes).
+    pub limit: u64,
+    /// The resident memory before any placement was built (bytes): the model, its weights,
+    /// the reference run's inputs and outputs, the libraries.
+    pub base: u64,
+    /// The anchor: built once and timed in every group (a placement name).
+    pub anchor: String,
+    /// The placements of each group, by name, in the order they were built (the anchor is in
+    /// none: it is in all).
+    pub groups: Vec<Vec<String>>,
+}
+
+/// The memory `collage bench` builds its placements under when `--max-memory` is not given
+/// (or the memory available, if less): 1.75 GiB, which keeps GPT-2 (12 layers, 0.65 GB of
+/// weights) with ONNX Runtime under 2 GB.
+pub const DEFAULT_MAX_MEMORY: u64 = 1792 << 20;
+
+/// What a placement adds to the resident memory, measured when it was built alone (bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Footprint {
+    /// While it is kept, after its checked run.
+    pub kept: u64,
+    /// At most, while it was built and checked.
+    pub peak: u64,
+}
+
+/// A placement to build: one of collage's, from its partitions, or ONNX Runtime's session.
+#[derive(Clone)]
+enum Todo {
+    Collage(Vec<Partition>),
+    OnnxRuntime,
+}
+
+/// A built placement.
+enum Built {
+    Collage(Ready),
+    OnnxRuntime(onnxruntime::Ready),
+}
+
+impl Built {
+    fn entry(&mut self) -> Entry<'_> {
+        match self {
+            Built::Collage(r) => Entry::Collage(r),
+            Built::OnnxRuntime(r) => Entry::OnnxRuntime(r),
+        }
+    }
+
+    /// The row's status from a timing.
+    fn status(&self, program: &Program, t: Result<Timed, String>) -> Status {
+        match (self, t) {
+            (_, Err(why)) => Status::Skipped(why),
+            (Built::Collage(r), Ok(t)) => r.status(program, t),
+            (Built::OnnxRuntime(r), Ok(t)) => Status::Ran {
+                timing: t.timing,
+                kernels: BTreeMap::new(),
+                fallbacks: 0,
+                diffs: r.diffs.clone(),
+                profile: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Builds (and checks) one placement.
+fn make(bench: &Bench<'_>, todo: &Todo, row: &mut Row) -> Result<Built, String> {
+    match todo {
+        Todo::Collage(parts) => build(bench, parts.clone()).map(Built::Collage),
+        Todo::OnnxRuntime => {
+            let plan = bench
+                .onnxruntime
+                .ok_or("internal error: no ONNX Runtime plan")?;
+            let rt = plan.runtime.as_ref().map_err(Clone::clone)?;
+            let r = onnxruntime::open(rt, plan, bench.reference, &|a, b| check(bench, a, b))?;
+            row.onnxruntime = Some(r.info.clone());
+            Ok(Built::OnnxRuntime(r))
+        }
+    }
+}
+
+/// The resident memory once the heap's free memory is given back (`None`: unknown here).
+fn settled() -> Option<u64> {
+    crate::util::memory::trim();
+    crate::util::memory::resident()
+}
+
+/// Room reserved per placement when deciding, before anything is built, whether all of them
+/// fit at once: twice the weights (a backend's own copy of them, and its working memory).
+fn worst_case(weights: u64) -> u64 {
+    weights.saturating_mul(2).saturating_add(64 << 20)
+}
+
+/// Builds and checks each placement of `plan`, then times those that run, together: all at
+/// once when they fit in `bench.max_memory` (or no limit is set), else in groups (see
+/// [`Grouping`] and docs/measure.md, "Memory").
+pub fn run(
+    bench: &Bench<'_>,
+    plan: &mut Plan,
+    progress: &dyn Progress,
+) -> (Vec<Row>, Option<Grouping>) {
     let placements = of_plan(plan);
     let native = native_name(bench.program, bench.setup);
     let mut rows: Vec<Row> = Vec::new();
-    // The placements that run, by row, timed together once all are built.
-    let mut ready: Vec<(usize, Ready)> = Vec::new();
+    // The placements to build, by row.
+    let mut todo: Vec<(usize, Todo)> = Vec::new();
     let mut seen: Vec<(Vec<usize>, String)> = Vec::new();
-    progress.phase("building placements", placements.len());
-    for (k, (name, estimated, chosen)) in placements.iter().enumerate() {
-        progress.steps(k, placements.len());
+    for (name, estimated, chosen) in placements.iter() {
         let mut row = Row {
             name: name.clone(),
             label: label_of(name, &native),
@@ -257,6 +384,10 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
             partitions: BTreeMap::new(),
             status: Status::Skipped(String::new()),
             onnxruntime: None,
+            group: None,
+            footprint: None,
+            relative: None,
+            compared: None,
         };
         let Some(chosen) = chosen else {
             row.status = Status::Skipped("no cover by candidates with usable costs".into());
@@ -291,16 +422,11 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
             row.status = Status::Same(first.clone());
         } else {
             seen.push((sorted, name.clone()));
-            match build(bench, parts) {
-                Ok(r) => ready.push((rows.len(), r)),
-                Err(why) => row.status = Status::Skipped(why),
-            }
+            todo.push((rows.len(), Todo::Collage(parts)));
         }
         rows.push(row);
     }
-    progress.steps(placements.len(), placements.len());
     // ONNX Runtime last: opened, run once and checked like the others.
-    let mut ort: Option<(usize, onnxruntime::Ready)> = None;
     if let Some(plan) = bench.onnxruntime {
         let mut row = Row {
             name: onnxruntime::NAME.to_string(),
@@ -309,34 +435,202 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
             partitions: BTreeMap::new(),
             status: Status::Skipped(String::new()),
             onnxruntime: None,
+            group: None,
+            footprint: None,
+            relative: None,
+            compared: None,
         };
         match &plan.runtime {
             Err(why) => row.status = Status::Skipped(why.clone()),
             Ok(rt) => {
                 row.label = format!("ONNX Runtime {}", rt.version);
-                progress.phase("opening ONNX Runtime", 0);
-                match onnxruntime::open(rt, plan, bench.reference, &|a, b| check(bench, a, b)) {
-                    Ok(r) => {
-                        row.onnxruntime = Some(r.info.clone());
-                        ort = Some((rows.len(), r));
-                    }
-                    Err(why) => row.status = Status::Skipped(why),
-                }
+                todo.push((rows.len(), Todo::OnnxRuntime));
             }
         }
         rows.push(row);
     }
-    progress.phase("timing placements", bench.settings.max_repeats);
-    let ort_row = ort.as_ref().map(|(k, _)| *k);
-    let mut ort_ready = ort.map(|(_, r)| r);
+    let base = settled();
+    let at_once = match (bench.max_memory, base) {
+        (Some(limit), Some(base)) => {
+            let each = worst_case(bench.weights.bytes());
+            base.saturating_add(each.saturating_mul(todo.len() as u64)) <= limit
+        }
+        _ => true,
+    };
+    if at_once {
+        let all: Vec<usize> = (0..todo.len()).collect();
+        run_group(bench, &mut rows, &todo, None, &all, progress);
+        for r in rows
+            .iter_mut()
+            .filter(|r| matches!(r.status, Status::Ran { .. }))
+        {
+            r.group = Some(0);
+        }
+        return (rows, None);
+    }
+    let (limit, base) = (bench.max_memory.unwrap_or(u64::MAX), base.unwrap_or(0));
+    // Each placement built alone, checked and measured, then released.
+    progress.phase("measuring placements' memory", todo.len());
+    let mut sizes: Vec<Option<Footprint>> = Vec::with_capacity(todo.len());
+    for (k, (row, t)) in todo.iter().enumerate() {
+        progress.steps(k, todo.len());
+        if matches!(t, Todo::OnnxRuntime) {
+            progress.phase("opening ONNX Runtime", 0);
+        }
+        let before = settled().unwrap_or(base);
+        crate::util::memory::reset_peak();
+        match make(bench, t, &mut rows[*row]) {
+            Ok(built) => {
+                let kept = crate::util::memory::resident().unwrap_or(before);
+                let peak = crate::util::memory::peak().unwrap_or(kept).max(kept);
+                drop(built);
+                let f = Footprint {
+                    kept: kept.saturating_sub(before),
+                    peak: peak.saturating_sub(before),
+                };
+                rows[*row].footprint = Some(f);
+                sizes.push(Some(f));
+            }
+            Err(why) => {
+                rows[*row].status = Status::Skipped(why);
+                sizes.push(None);
+            }
+        }
+    }
+    let base = settled().unwrap_or(base).min(base);
+    let names: Vec<&str> = todo.iter().map(|(r, _)| rows[*r].name.as_str()).collect();
+    let Some((anchor, groups)) = group(&names, &sizes, base, limit) else {
+        return (rows, None);
+    };
+    let grouping = Grouping {
+        limit,
+        base,
+        anchor: rows[todo[anchor].0].name.clone(),
+        groups: groups
+            .iter()
+            .map(|g| g.iter().map(|&k| rows[todo[k].0].name.clone()).collect())
+            .collect(),
+    };
+    // The anchor, built once and timed with every group.
+    progress.phase(&format!("building {}", rows[todo[anchor].0].name), 0);
+    let (arow, atodo) = (todo[anchor].0, todo[anchor].1.clone());
+    let mut a = match make(bench, &atodo, &mut rows[arow]) {
+        Ok(a) => a,
+        Err(why) => {
+            rows[arow].status = Status::Skipped(why);
+            return (rows, Some(grouping));
+        }
+    };
+    for (gi, g) in groups.iter().enumerate() {
+        run_group(
+            bench,
+            &mut rows,
+            &todo,
+            Some((anchor, &mut a, gi)),
+            g,
+            progress,
+        );
+        settled();
+    }
+    let anchor_seconds = rows[arow].timing(&rows).map(|t| t.seconds);
+    for r in rows.iter_mut() {
+        r.compared = r.relative.zip(anchor_seconds).map(|(x, a)| x * a);
+    }
+    (rows, Some(grouping))
+}
+
+/// Groups placements under a memory limit: the anchor, then groups of the others, in order,
+/// each group as many as fit beside the anchor (first fit). `sizes[k]`: what placement `k`
+/// needs (`None`: it did not build). The anchor is the Collage plan (`names[k] ==
+/// "collage"`) when every other placement fits beside it alone, so that each is compared
+/// with the plan in the same rounds; otherwise the placement that keeps the least memory.
+/// A placement that fits with nothing but the anchor still gets a group of its own.
+fn group(
+    names: &[&str],
+    sizes: &[Option<Footprint>],
+    base: u64,
+    limit: u64,
+) -> Option<(usize, Vec<Vec<usize>>)> {
+    let built: Vec<(usize, Footprint)> = sizes
+        .iter()
+        .enumerate()
+        .filter_map(|(k, f)| f.map(|f| (k, f)))
+        .collect();
+    let fits_beside = |a: usize, fa: Footprint| {
+        built
+            .iter()
+            .all(|&(k, f)| k == a || base + fa.kept + f.peak <= limit)
+            && base + fa.peak <= limit
+    };
+    let collage = built
+        .iter()
+        .find(|(k, f)| names[*k] == "collage" && fits_beside(*k, *f));
+    let (anchor, fa) = match collage {
+        Some(&c) => c,
+        None => *built.iter().min_by_key(|(k, f)| (f.kept, *k))?,
+    };
+    let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
+    for &(k, f) in built.iter().filter(|(k, _)| *k != anchor) {
+        let room = |used: u64| base + fa.kept + used + f.peak.max(f.kept) <= limit;
+        match groups.iter_mut().find(|(used, _)| room(*used)) {
+            Some((used, g)) => {
+                *used += f.kept;
+                g.push(k);
+            }
+            None => groups.push((f.kept, vec![k])),
+        }
+    }
+    if groups.is_empty() {
+        groups.push((0, Vec::new()));
+    }
+    Some((anchor, groups.into_iter().map(|(_, g)| g).collect()))
+}
+
+/// Builds the placements `members` (indices into `todo`), then times them in rounds with the
+/// anchor (its index, the anchor built, and the group's number) when there is one, and sets
+/// their rows; the members are released at the end.
+fn run_group(
+    bench: &Bench<'_>,
+    rows: &mut [Row],
+    todo: &[(usize, Todo)],
+    anchor: Option<(usize, &mut Built, usize)>,
+    members: &[usize],
+    progress: &dyn Progress,
+) {
+    let label = anchor
+        .as_ref()
+        .map_or(String::new(), |(_, _, g)| format!(" (group {})", g + 1));
+    progress.phase(&format!("building placements{label}"), members.len());
+    let mut built: Vec<(usize, Built)> = Vec::new();
+    for (k, &m) in members.iter().enumerate() {
+        progress.steps(k, members.len());
+        let (row, t) = (todo[m].0, &todo[m].1);
+        if matches!(t, Todo::OnnxRuntime) {
+            progress.phase("opening ONNX Runtime", 0);
+        }
+        match make(bench, t, &mut rows[row]) {
+            Ok(b) => built.push((row, b)),
+            Err(why) => rows[row].status = Status::Skipped(why),
+        }
+    }
+    progress.steps(members.len(), members.len());
+    progress.phase(
+        &format!("timing placements{label}"),
+        bench.settings.max_repeats,
+    );
+    let (anchor_row, group, mut anchor_built) = match anchor {
+        Some((k, a, g)) => (Some(todo[k].0), Some(g), Some(a)),
+        None => (None, None, None),
+    };
     let timed = {
         let _guard = bench
             .lock
             .and_then(|p| crate::runtime::measure::db::lock(p).ok());
-        let mut entries: Vec<Entry<'_>> = ready.iter().map(|(_, r)| Entry::Collage(r)).collect();
-        if let Some(r) = ort_ready.as_mut() {
-            entries.push(Entry::OnnxRuntime(r));
+        let mut entries: Vec<Entry<'_>> = Vec::new();
+        if let Some(a) = anchor_built.as_deref_mut() {
+            entries.push(a.entry());
         }
+        entries.extend(built.iter_mut().map(|(_, b)| b.entry()));
         time_together(
             &mut entries,
             &bench.reference.inputs,
@@ -345,25 +639,32 @@ pub fn run(bench: &Bench<'_>, plan: &mut Plan, progress: &dyn Progress) -> Vec<R
         )
     };
     let mut timed = timed.into_iter();
-    for ((k, r), t) in ready.into_iter().zip(timed.by_ref()) {
-        rows[k].status = match t {
-            Ok(timing) => r.finish(bench.program, timing),
-            Err(why) => Status::Skipped(why),
+    let anchor_seconds = match (anchor_row, anchor_built) {
+        (Some(ar), Some(a)) => {
+            let t = timed
+                .next()
+                .unwrap_or_else(|| Err("internal error: the anchor was not timed".into()));
+            let secs = t.as_ref().ok().map(|t| t.timing.seconds);
+            // The anchor's row shows its timing in the first group.
+            if group == Some(0) {
+                rows[ar].status = a.status(bench.program, t);
+                rows[ar].group = Some(0);
+                rows[ar].relative = secs.map(|_| 1.0);
+            }
+            secs
+        }
+        _ => None,
+    };
+    let rest: Vec<Result<Timed, String>> = timed.collect();
+    for ((row, b), t) in built.iter().zip(rest) {
+        let secs = t.as_ref().ok().map(|t| t.timing.seconds);
+        rows[*row].status = b.status(bench.program, t);
+        rows[*row].group = group;
+        rows[*row].relative = match (secs, anchor_seconds) {
+            (Some(s), Some(a)) if a > 0.0 => Some(s / a),
+            _ => None,
         };
     }
-    if let (Some(k), Some(r), Some(t)) = (ort_row, ort_ready, timed.next()) {
-        rows[k].status = match t {
-            Ok(t) => Status::Ran {
-                timing: t.timing,
-                kernels: BTreeMap::new(),
-                fallbacks: 0,
-                diffs: r.diffs,
-                profile: Vec::new(),
-            },
-            Err(why) => Status::Skipped(why),
-        };
-    }
-    rows
 }
 
 /// One output of a placement against the reference interpreter's: the difference and the
@@ -545,7 +846,7 @@ struct Timed {
 impl Ready {
     /// The row's status from the timing: the latency, and each partition's mean kernel time
     /// per timed run beside its estimate.
-    fn finish(self, program: &Program, t: Timed) -> Status {
+    fn status(&self, program: &Program, t: Timed) -> Status {
         let after = self.x.kernel_times();
         let mut per_part: Vec<Option<(u64, f64)>> = vec![None; self.parts.len()];
         for ((rec, b), a) in self.x.kernels().iter().zip(&t.before).zip(&after) {
@@ -572,9 +873,9 @@ impl Ready {
             .collect();
         Status::Ran {
             timing: t.timing,
-            kernels: self.kernels,
+            kernels: self.kernels.clone(),
             fallbacks: self.fallbacks,
-            diffs: self.diffs,
+            diffs: self.diffs.clone(),
             profile,
         }
     }
@@ -583,21 +884,23 @@ impl Ready {
 /// The Collage plan against the fastest of native alone and the greedy placements that ran,
 /// and against ONNX Runtime when it ran.
 pub fn speedup_of(rows: &[Row]) -> Option<Speedup> {
-    let collage = rows.iter().find(|r| r.name == "collage")?.timing(rows)?;
+    let collage = rows
+        .iter()
+        .find(|r| r.name == "collage")?
+        .compared_seconds(rows)?;
     let best = rows
         .iter()
         .filter(|r| r.name == "tvm" || r.name.starts_with("greedy:"))
-        .filter_map(|r| r.timing(rows).map(|t| (r, t)))
-        .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds))?;
+        .filter_map(|r| r.compared_seconds(rows).map(|t| (r, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
     let onnxruntime_seconds = rows
         .iter()
         .find(|r| r.name == onnxruntime::NAME && r.onnxruntime.is_some())
-        .and_then(|r| r.timing(rows))
-        .map(|t| t.seconds);
+        .and_then(|r| r.compared_seconds(rows));
     Some(Speedup {
         baseline: best.0.name.clone(),
-        baseline_seconds: best.1.seconds,
-        collage_seconds: collage.seconds,
+        baseline_seconds: best.1,
+        collage_seconds: collage,
         onnxruntime_seconds,
     })
 }
@@ -605,6 +908,38 @@ pub fn speedup_of(rows: &[Row]) -> Option<Speedup> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn f(kept: u64, peak: u64) -> Option<Footprint> {
+        Some(Footprint { kept, peak })
+    }
+
+    #[test]
+    fn the_collage_plan_anchors_when_everything_fits_beside_it() {
+        let names = ["collage", "tvm", "greedy:dnnl", "onnxruntime"];
+        let sizes = [f(5, 6), f(5, 6), f(3, 3), f(8, 9)];
+        // 10 + 5 + 9 <= 24: each fits beside the plan; two at once do not.
+        let (a, groups) = group(&names, &sizes, 10, 24).unwrap();
+        assert_eq!(a, 0);
+        assert_eq!(groups, vec![vec![1, 2], vec![3]]);
+        // Everything in one group when the limit allows it.
+        let (a, groups) = group(&names, &sizes, 10, 100).unwrap();
+        assert_eq!((a, groups), (0, vec![vec![1, 2, 3]]));
+    }
+
+    #[test]
+    fn the_smallest_placement_anchors_when_the_plan_leaves_no_room() {
+        let names = ["collage", "tvm", "greedy:openblas", "onnxruntime"];
+        let sizes = [f(5, 6), f(5, 6), f(1, 1), f(8, 9)];
+        // 10 + 5 + 9 > 22: ONNX Runtime does not fit beside the plan, but beside the smallest.
+        let (a, groups) = group(&names, &sizes, 10, 22).unwrap();
+        assert_eq!(a, 2);
+        assert_eq!(groups, vec![vec![0, 1], vec![3]]);
+        // A placement that did not build is in no group; one too large still gets its own.
+        let sizes = [f(5, 6), None, f(1, 1), f(50, 60)];
+        let (a, groups) = group(&names, &sizes, 10, 22).unwrap();
+        assert_eq!((a, groups), (2, vec![vec![0], vec![3]]));
+        assert!(group(&names, &[None, None, None, None], 10, 22).is_none());
+    }
 
     #[test]
     fn labels() {

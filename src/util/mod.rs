@@ -1,5 +1,6 @@
 //! Small helpers shared by several phases.
 
+pub mod memory;
 pub mod process;
 pub mod python;
 

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area, driven by fixture files.
 
+mod bench_memory;
 mod bench_processes;
 mod bounds;
 mod cache_safety;

@@ -185,8 +185,9 @@ fn bench_inner(
         settings,
         lock: measurer.map(|mm| mm.database()),
         onnxruntime: ort_plan.as_ref(),
+        max_memory: Some(group_limit(req.max_memory.as_deref())),
     };
-    let rows = placements::run(&bench, &mut plan, &bar);
+    let (rows, grouping) = placements::run(&bench, &mut plan, &bar);
     bar.finish();
 
     let speedup = placements::speedup_of(&rows);
@@ -196,6 +197,7 @@ fn bench_inner(
         threads,
         rows: &rows,
         speedup: speedup.as_ref(),
+        grouping: grouping.as_ref(),
         plan: &plan,
         partition_ms,
         reference_ms: reference.ms,
@@ -215,6 +217,18 @@ fn bench_inner(
     }
     diag::emit_stderr(&differ, &sources);
     Ok(Outcome::InputErrors)
+}
+
+/// The memory the placements are built under: `--max-memory` (checked before), else
+/// [`placements::DEFAULT_MAX_MEMORY`] or the memory available to this process if that is less.
+fn group_limit(max: Option<&str>) -> u64 {
+    use crate::runtime::exec::memory;
+    match max.and_then(|t| memory::parse_size(t).ok()) {
+        Some(b) => b,
+        None => memory::available().map_or(placements::DEFAULT_MAX_MEMORY, |l| {
+            l.bytes.min(placements::DEFAULT_MAX_MEMORY)
+        }),
+    }
 }
 
 /// ONNX Runtime's placement skipped although its library loaded (the model cannot be opened or

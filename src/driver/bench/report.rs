@@ -3,7 +3,7 @@
 
 use super::Request;
 use crate::driver::render;
-use crate::pipeline::placements::{label_of, PartTime, Row, Speedup, Status};
+use crate::pipeline::placements::{label_of, Grouping, PartTime, Row, Speedup, Status};
 use crate::planning::partition::Plan;
 use crate::rules::ruletree::Program;
 use crate::runtime::measure::Measure;
@@ -16,6 +16,7 @@ pub struct Report<'a> {
     pub(super) threads: usize,
     pub(super) rows: &'a [Row],
     pub(super) speedup: Option<&'a Speedup>,
+    pub(super) grouping: Option<&'a Grouping>,
     pub(super) plan: &'a Plan,
     pub(super) partition_ms: f64,
     pub(super) reference_ms: f64,
@@ -113,6 +114,9 @@ impl Report<'_> {
             let _ = writeln!(s, "{}", line(r));
         }
         let _ = writeln!(s);
+        if let Some(g) = self.grouping {
+            let _ = writeln!(s, "{}", self.groups_line(g));
+        }
         match self.speedup {
             Some(sp) => {
                 let _ = writeln!(
@@ -152,13 +156,41 @@ impl Report<'_> {
         s
     }
 
+    /// How the placements were grouped under the memory limit, for people.
+    fn groups_line(&self, g: &Grouping) -> String {
+        let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+        let label = |n: &str| {
+            self.rows
+                .iter()
+                .find(|r| r.name == n)
+                .map_or(n.to_string(), |r| r.label.clone())
+        };
+        let groups: Vec<String> = g
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(k, names)| {
+                let names: Vec<String> = names.iter().map(|n| label(n)).collect();
+                format!("{}: {}", k + 1, names.join(", "))
+            })
+            .collect();
+        format!(
+            "groups     built and timed in {} group(s) under --max-memory {} ({} before any placement), each with the anchor {}; ratios across groups go through the anchor\n           {}",
+            g.groups.len(),
+            gb(g.limit),
+            gb(g.base),
+            label(&g.anchor),
+            groups.join("; ")
+        )
+    }
+
     /// The table's cells: one row per placement.
     fn cells(&self) -> Vec<[String; 8]> {
         let collage = self
             .rows
             .iter()
             .find(|r| r.name == "collage")
-            .and_then(|r| r.timing(self.rows));
+            .and_then(|r| r.compared_seconds(self.rows));
         let mut cells: Vec<[String; 8]> = Vec::new();
         for r in self.rows {
             let parts: Vec<String> = r
@@ -180,7 +212,9 @@ impl Report<'_> {
                         .estimated
                         .map_or("-".into(), |e| format!("{:.2}", e / t.seconds));
                     let speed = match collage {
-                        Some(c) if r.name != "collage" => format!("x{:.2}", t.seconds / c.seconds),
+                        Some(c) if r.name != "collage" => r
+                            .compared_seconds(self.rows)
+                            .map_or(String::new(), |x| format!("x{:.2}", x / c)),
                         _ => String::new(),
                     };
                     let outputs = match st {
@@ -339,6 +373,12 @@ impl Report<'_> {
                         _ => None,
                     },
                     "outputs_within_tolerance": r.outputs_ok(self.rows),
+                    "group": r.group,
+                    "relative_to_anchor": r.relative,
+                    "memory": r.footprint.map(|f| json!({
+                        "kept_bytes": f.kept,
+                        "peak_bytes": f.peak,
+                    })),
                 });
                 if let Some(i) = &r.onnxruntime {
                     v["onnxruntime"] = json!({
@@ -410,6 +450,12 @@ impl Report<'_> {
                     "onnxruntime_ms": o * 1e3,
                     "value": o / sp.collage_seconds,
                 })),
+            })),
+            "grouping": self.grouping.map(|g| json!({
+                "max_memory_bytes": g.limit,
+                "base_bytes": g.base,
+                "anchor": g.anchor,
+                "groups": g.groups,
             })),
             "elapsed_ms": self.elapsed_ms,
         })

@@ -227,14 +227,11 @@ pub(crate) fn map_file(path: &Path) -> std::io::Result<Bytes> {
         return Err(std::io::Error::other("not a regular file"));
     }
     let file = std::fs::File::open(path)?;
-    if file.metadata()?.len() == 0 {
-        return Ok(Bytes::new());
-    }
-    // SAFETY: the mapping is read-only and private to this process. As with every memory-mapped
-    // reader, a file truncated by another process while mapped is not defended against; the
-    // model and its data files are inputs the user hands over and does not rewrite meanwhile.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
-    Ok(Bytes::from_owner(map))
+    // SAFETY: the mapping is read-only. As with every memory-mapped reader, a file truncated by
+    // another process while mapped is not defended against; the model and its data files are
+    // inputs the user hands over and does not rewrite meanwhile. Its pages can be given back
+    // once copied (`crate::util::memory::release`).
+    unsafe { crate::util::memory::map_file(&file) }
 }
 
 fn parse_u64(key: &str, value: &str) -> Result<u64, TensorError> {

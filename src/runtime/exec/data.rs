@@ -413,6 +413,16 @@ impl Weights {
 }
 
 impl Weights {
+    /// The bytes of the tensors made so far (constants with data, and generated ones).
+    pub fn bytes(&self) -> u64 {
+        let data = self.data.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        data.values()
+            .map(|(_, t)| t.bytes().len() as u64)
+            .sum::<u64>()
+            + cache.values().map(|t| t.bytes().len() as u64).sum::<u64>()
+    }
+
     /// The tensor of type `shape` holding `bytes`, made once per distinct bytes and type.
     fn of_data(&self, bytes: &bytes::Bytes, shape: &Shape) -> Result<Arc<Tensor>, String> {
         let key = (bytes.as_ptr() as usize, bytes.len(), shape.clone());
@@ -420,39 +430,56 @@ impl Weights {
         if let Some((_, t)) = data().get(&key) {
             return Ok(t.clone());
         }
-        let t = Arc::new(
-            Tensor::from_bytes(shape.dtype, &shape.dims, bytes).map_err(|e| e.to_string())?,
-        );
-        release_pages(bytes);
+        let t = match tensor_of_bytes(bytes, shape) {
+            Some(t) => t,
+            None => {
+                let t = Tensor::from_bytes(shape.dtype, &shape.dims, bytes)
+                    .map_err(|e| e.to_string())?;
+                crate::util::memory::release(bytes);
+                Arc::new(t)
+            }
+        };
         Ok(data().entry(key).or_insert((bytes.clone(), t)).1.clone())
     }
 }
 
-/// Tells the kernel that the whole pages inside `bytes` will not be read soon, once they have
-/// been copied into a tensor: pages of a memory-mapped model file leave this process's resident
-/// memory (they are read again from the file if they ever are, so nothing is lost), instead of
-/// counting a second time beside the tensor. On Linux only, for 1 MiB or more; failures are
-/// ignored (an older kernel without `MADV_PAGEOUT`, or data on the heap that cannot be paged out
-/// without swap, simply stays).
-fn release_pages(bytes: &[u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        if bytes.len() < 1 << 20 {
-            return;
-        }
-        let start = (bytes.as_ptr() as usize).next_multiple_of(PAGE);
-        let end = (bytes.as_ptr() as usize + bytes.len()) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: the range lies inside `bytes`, which stays mapped; MADV_PAGEOUT does not
-            // change the contents of any page, only where they are kept.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT);
-            }
+/// The tensors whose storage [`tensor_bytes`] handed out as bytes, by the address of their
+/// data: a constant made from such bytes is that tensor, not a copy.
+static SHARED: Mutex<Vec<(usize, std::sync::Weak<Tensor>)>> = Mutex::new(Vec::new());
+
+fn shared() -> std::sync::MutexGuard<'static, Vec<(usize, std::sync::Weak<Tensor>)>> {
+    SHARED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The bytes of a tensor, as shared bytes that keep the tensor alive and do not copy it (a
+/// constant folded by the simplifier becomes the module's metadata so). A store making a
+/// constant of type `t.ty()` from these bytes ([`Weights`]) takes `t` itself.
+pub fn tensor_bytes(t: Arc<Tensor>) -> bytes::Bytes {
+    struct Owner(Arc<Tensor>);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            self.0.bytes()
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = bytes;
+    let mut s = shared();
+    s.retain(|(_, w)| w.strong_count() > 0);
+    s.push((t.bytes().as_ptr() as usize, Arc::downgrade(&t)));
+    drop(s);
+    bytes::Bytes::from_owner(Owner(t))
+}
+
+/// The live tensor whose data `bytes` are (all of them, nothing less), if [`tensor_bytes`] made
+/// them and it has type `shape`. A live tensor owns its storage, so no other data can lie at
+/// its address while it lives.
+fn tensor_of_bytes(bytes: &[u8], shape: &Shape) -> Option<Arc<Tensor>> {
+    let p = bytes.as_ptr() as usize;
+    let s = shared();
+    let t = s
+        .iter()
+        .filter(|(a, _)| *a == p)
+        .find_map(|(_, w)| w.upgrade())?;
+    (t.bytes().len() == bytes.len() && t.dtype() == shape.dtype && t.shape() == shape.dims)
+        .then_some(t)
 }
 
 /// The constants of one module, from a [`Weights`] store.
@@ -538,6 +565,30 @@ impl ConstantSource for ModuleWeights<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tensors_own_bytes_give_the_tensor_itself() {
+        let w = Weights::new(0);
+        let t = Arc::new(Tensor::from_slice(DType::F32, &[2, 2], &[1f32, 2.0, 3.0, 4.0]).unwrap());
+        let b = tensor_bytes(t.clone());
+        assert_eq!(&b[..], t.bytes());
+        let shape = Shape {
+            dtype: DType::F32,
+            dims: vec![2, 2],
+        };
+        assert!(Arc::ptr_eq(&w.of_data(&b, &shape).unwrap(), &t));
+        // Another type over the same bytes is a copy of its own.
+        let flat = Shape {
+            dtype: DType::F32,
+            dims: vec![4],
+        };
+        let c = w.of_data(&b, &flat).unwrap();
+        assert!(!Arc::ptr_eq(&c, &t));
+        assert_eq!(c.bytes(), t.bytes());
+        // So are the same bytes copied elsewhere.
+        let copy = bytes::Bytes::from(t.bytes().to_vec());
+        assert!(!Arc::ptr_eq(&w.of_data(&copy, &shape).unwrap(), &t));
+    }
 
     #[test]
     fn data_constants_are_made_once_per_bytes() {

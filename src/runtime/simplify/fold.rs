@@ -283,8 +283,8 @@ impl Cx<'_, '_> {
         }
         let mut dims = vec![n];
         dims.extend(std::iter::repeat_n(1, rank - axis - 1));
-        let sc = self.b.constant(&f32_tensor(&dims, &s)?, span);
-        let sh = self.b.constant(&f32_tensor(&dims, &t)?, span);
+        let sc = self.b.constant(f32_tensor(&dims, &s)?, span);
+        let sh = self.b.constant(f32_tensor(&dims, &t)?, span);
         let x = self.new_of(args[0])?;
         let mul = self.call(Op::Multiply, vec![x, sc], &[], span);
         let add = self.call(Op::Add, vec![mul, sh], &[], span);
@@ -358,7 +358,7 @@ impl Cx<'_, '_> {
                 };
                 match shift.and_then(|t| t.expand(n)) {
                     Some(t) => {
-                        let bias = self.b.constant(&f32_tensor(&[n], &t)?, span);
+                        let bias = self.b.constant(f32_tensor(&[n], &t)?, span);
                         let axis = AttrValue::int(c as i64);
                         Ok(Some(self.call(
                             Op::BiasAdd,
@@ -400,7 +400,7 @@ impl Cx<'_, '_> {
                     return Ok(None);
                 };
                 let b: Vec<f64> = (0..n).map(|i| b[i] * s[i] + t[i]).collect();
-                let bias = self.b.constant(&f32_tensor(&[n], &b)?, span);
+                let bias = self.b.constant(f32_tensor(&[n], &b)?, span);
                 let attrs = vec![("axis", AttrValue::int(c as i64))];
                 Ok(Some(self.call(Op::BiasAdd, vec![conv, bias], &attrs, span)))
             }
@@ -419,7 +419,7 @@ impl Cx<'_, '_> {
                 };
                 match shift.and_then(|t| t.expand(n)) {
                     Some(t) => {
-                        let bias = self.b.constant(&f32_tensor(&[n], &t)?, span);
+                        let bias = self.b.constant(f32_tensor(&[n], &t)?, span);
                         Ok(Some(self.call(Op::Add, vec![dense, bias], &[], span)))
                     }
                     None if shift.is_some() => Ok(None),
@@ -456,7 +456,7 @@ impl Cx<'_, '_> {
                         return Ok(None);
                     };
                     let b: Vec<f64> = (0..n).map(|i| b[i] * s[i] + t[i]).collect();
-                    let bias = self.b.constant(&f32_tensor(&bshape.dims, &b)?, span);
+                    let bias = self.b.constant(f32_tensor(&bshape.dims, &b)?, span);
                     return Ok(Some(self.call(Op::Add, vec![dense, bias], &[], span)));
                 }
                 Ok(None)
@@ -489,7 +489,7 @@ impl Cx<'_, '_> {
                     return Ok(None);
                 };
                 let w = scale_along(&w, o, &s)?;
-                self.b.constant(&w, span)
+                self.b.constant(w, span)
             }
             None => self.new_of(weight)?,
         };
@@ -515,7 +515,7 @@ impl Cx<'_, '_> {
         let w = match scale.map(|s| s.expand(n)) {
             Some(Some(s)) => {
                 let w = scale_along(&w, 0, &s)?;
-                self.b.constant(&w, span)
+                self.b.constant(w, span)
             }
             Some(None) => return Ok(None),
             None => self.new_of(weight)?,
@@ -630,7 +630,10 @@ impl Cx<'_, '_> {
         if imp.run(&refs, &mut outs).is_err() {
             return Ok(None);
         }
-        Ok(Some(self.b.constant(&outs[0], m.span(e))))
+        let Some(t) = outs.pop() else {
+            return Ok(None);
+        };
+        Ok(Some(self.b.constant(t, m.span(e))))
     }
 
     /// `multiply`, `add` or `subtract` of a per-channel constant, folded into the producer of

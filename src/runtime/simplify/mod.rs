@@ -290,9 +290,10 @@ fn bind_changed_roles(
             ));
         }
         let t = values.original(&k.0, k.1)?;
-        m.meta
-            .data
-            .insert(k.clone(), ConstData(bytes::Bytes::from(t.bytes().to_vec())));
+        m.meta.data.insert(
+            k.clone(),
+            ConstData(crate::runtime::exec::data::tensor_bytes(t)),
+        );
     }
     Ok(todo.len())
 }
@@ -349,9 +350,12 @@ impl<'w> Values<'w> {
             Expr::Const(Constant::Meta { key, index, ty }) => {
                 if let Some(d) = m.meta.data.get(&(key.clone(), *index)) {
                     let s = Shape::of(ty)?;
-                    return Tensor::from_bytes(s.dtype, &s.dims, &d.0)
+                    let t = Tensor::from_bytes(s.dtype, &s.dims, &d.0)
                         .ok()
                         .map(Arc::new);
+                    // Pages of a mapped model file, once copied, leave the resident memory.
+                    crate::util::memory::release(&d.0);
+                    return t;
                 }
                 self.original(key, *index).ok()
             }
@@ -481,7 +485,7 @@ impl Builder {
 
     /// A constant holding `t`: a literal for a scalar of a common dtype, else a metadata
     /// constant carrying its data.
-    fn constant(&mut self, t: &Tensor, span: crate::source::Span) -> ExprId {
+    fn constant(&mut self, t: Tensor, span: crate::source::Span) -> ExprId {
         let dtype = t.dtype();
         if t.shape().is_empty() {
             let value = if dtype == DType::F32 || dtype == DType::F64 {
@@ -511,9 +515,11 @@ impl Builder {
             list.push(MetaObject::UntypedConstant);
         }
         list.push(MetaObject::Constant(ty.clone()));
+        // The metadata shares the tensor's storage, and so do the weights made from it
+        // (`exec::data::tensor_bytes`): one copy of a folded constant.
         self.out.meta.data.insert(
             (CONSTANT_KEY.into(), index),
-            ConstData(bytes::Bytes::from(t.bytes().to_vec())),
+            ConstData(crate::runtime::exec::data::tensor_bytes(Arc::new(t))),
         );
         self.push(
             Expr::Const(Constant::Meta {

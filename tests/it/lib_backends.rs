@@ -1291,6 +1291,122 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
     assert!(copies >= 1, "the second sum copies its summand");
 }
 
+/// Two residual blocks in one partition, as a ResNet's identity blocks: the block's input
+/// feeds its first convolution and the `sum` of its last. Once the first convolution has read
+/// it, the `sum` accumulates into it in place instead of into a copy: into the reorder of the
+/// partition's parameter in the first block (when the two primitives agree on the layout), and
+/// into the first block's result in the second. With the parameter a constant of the call site,
+/// that reorder is overwritten, so it runs on every call: two runs give the same outputs.
+#[test]
+fn residual_sums_accumulate_in_place() {
+    let c = |i: usize, t: &str| format!("meta[relay.Constant][{i}] /* ty=Tensor[{t}, float32] */");
+    let block = |k: usize, a: &str, base: usize| {
+        format!(
+            "  %{f0} = fn (%{a}0: Tensor[(1, 16, 14, 14), float32], Composite=\"dnnl.conv2d_bias_relu\") {{\n    \
+             nn.relu(nn.bias_add(nn.conv2d(%{a}0, {w0}), {b0}))\n  }};\n  \
+             %{f1} = fn (%{a}1: Tensor[(1, 8, 14, 14), float32], %{a}2: Tensor[(1, 16, 14, 14), float32], Composite=\"dnnl.conv2d_bias_sum_relu\") {{\n    \
+             nn.relu(add(nn.bias_add(nn.conv2d(%{a}1, {w1}, padding=[1, 1]), {b1}), %{a}2))\n  }};\n",
+            f0 = 2 * k,
+            f1 = 2 * k + 1,
+            w0 = c(base, "(8, 16, 1, 1)"),
+            b0 = c(base + 1, "(8)"),
+            w1 = c(base + 2, "(16, 8, 3, 3)"),
+            b1 = c(base + 3, "(16)"),
+        )
+    };
+    let body = format!(
+        "{}{}  %4 = %0(%p0);\n  %5 = %1(%4, %p0);\n  %6 = %2(%5);\n  %7 = %3(%6, %5);\n  %7\n",
+        block(0, "a", 0),
+        block(1, "b", 4)
+    );
+    let part = format!(
+        "def @part(%p0: Tensor[(1, 16, 14, 14), float32], Primitive=1, Compiler=\"dnnl\", global_symbol=\"part\") {{\n{body}}}\n"
+    );
+    let input = format!("#[version = \"0.0.5\"]\n{part}def @main(%x: Tensor[(1, 16, 14, 14), float32]) {{\n  @part(%x)\n}}\n");
+    let constant = format!(
+        "#[version = \"0.0.5\"]\n{part}def @main() {{\n  @part({})\n}}\n",
+        c(8, "(1, 16, 14, 14)")
+    );
+    for threads in [1, 2] {
+        agree("residual blocks", &input, dnnl(threads), threads);
+    }
+    use collage::runtime::backend::dnnl::plan::{self, Base, StepKind, Storage};
+    let m = load_text_ok("residual", &input);
+    let w = Weights::new(1);
+    let mw = w.for_module(&m);
+    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
+    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
+    let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
+    let in_place = p
+        .values
+        .iter()
+        .filter(|v| matches!(v.base, Base::InPlace(_)))
+        .count();
+    // Copies of summands: every other copy reads the parameter (the entry reorder taken over)
+    // or writes the result.
+    let copies = p
+        .steps
+        .iter()
+        .filter(|s| {
+            s.kind == StepKind::Copy
+                && p.storage[s.args[0].1] != Storage::Param(0)
+                && !matches!(p.storage[s.args[1].1], Storage::Output(_))
+        })
+        .count();
+    // The reorder of the parameter into the first convolution's layout.
+    let entry = p
+        .steps
+        .iter()
+        .find(|s| s.what == "reorder" && p.storage[s.args[0].1] == Storage::Param(0));
+    match entry {
+        Some(s) => {
+            let first_sum_dst = p
+                .steps
+                .iter()
+                .filter(|s| s.kind == StepKind::Compute)
+                .nth(1)
+                .and_then(|s| s.args.iter().find(|(a, _)| *a == sys_dst()))
+                .map(|&(_, v)| v)
+                .unwrap();
+            if d.md_equal(&p.values[s.args[1].1].md, &p.values[first_sum_dst].md) {
+                assert_eq!(s.kind, StepKind::Copy, "the entry reorder is overwritten");
+                assert_eq!((in_place, copies), (2, 0), "both sums in place");
+            } else {
+                assert_eq!((in_place, copies), (1, 1), "the second sum in place");
+            }
+        }
+        // The primitives take the parameter's plain layout as it is: it cannot be overwritten.
+        None => assert_eq!((in_place, copies), (1, 1), "the second sum in place"),
+    }
+    // A constant parameter: the overwritten reorder runs again on the second call.
+    let mc = load_text_ok("residual, constant input", &constant);
+    let (want, _, _) = run_module(&mc, Vec::new(), 2, None);
+    let opts = Options {
+        threads: 2,
+        backends: Backends {
+            list: vec![dnnl(2)],
+        },
+        grouping: None,
+    };
+    let mcw = w.for_module(&mc);
+    let x = executor::compile(&mc, &mcw, &opts).unwrap_or_else(|d| panic!("{d:?}"));
+    assert!(x.kernels().iter().any(|k| k.backend == "dnnl"));
+    for run in 0..2 {
+        let out = x.run(&[]).unwrap_or_else(|d| panic!("{d:?}"));
+        let got: Vec<Tensor> = out
+            .value
+            .flatten()
+            .into_iter()
+            .map(|t| (**t).clone())
+            .collect();
+        check_close(&format!("constant input, run {run}"), &got[0], &want[0]);
+    }
+}
+
+fn sys_dst() -> std::ffi::c_int {
+    collage::runtime::ffi::dnnl::sys::ARG_DST
+}
+
 // ---------------------------------------------------------------------------------------------
 // What cannot run
 

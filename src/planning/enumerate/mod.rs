@@ -363,6 +363,19 @@ pub fn target_limits(t: &Target, limits: &Limits) -> SubGraphConfig {
     rule_limits(&t.rule, default_depth(t, limits))
 }
 
+/// The limits within which a BYOC target's greedy regions grow and its chosen partitions
+/// coalesce: [`target_limits`], with the target's `region_depth` (when it sets one) as the
+/// depth limit. A library that keeps its own layouts inside a partition (oneDNN) sets it above
+/// its candidates' limit, so that the regions the search may take span more than the combiner
+/// can enumerate (docs/partition.md, "Layouts a library keeps inside a partition").
+pub fn region_limits(t: &Target, limits: &Limits) -> SubGraphConfig {
+    let mut c = target_limits(t, limits);
+    if let Some(d) = t.region_depth {
+        c.max_depth = Some(d);
+    }
+    c
+}
+
 fn rule_limits(rule: &Rule, default: u32) -> SubGraphConfig {
     let combine_depth = |r: &Rule| match r {
         Rule::Combine { max_depth, .. } => Some(max_depth.unwrap_or(default)),

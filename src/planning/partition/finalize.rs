@@ -2,9 +2,10 @@
 //! partitions, name them, and rewrite the function in TVM's encoding.
 //!
 //! * Touching partitions of the same BYOC target are coalesced while their union stays within
-//!   the target's limits (convex, in one basic block, within its depth limit and the exits and
-//!   taps of its `only_valid`: [`crate::planning::enumerate::target_limits`]), so no partition is one its
-//!   target's rules could not produce, and the partitions can still run one after the other (a
+//!   the target's limits (convex, in one basic block, within its depth limit, or its
+//!   `region_depth` when it sets one, and the exits and taps of its `only_valid`:
+//!   [`crate::planning::enumerate::region_limits`]), so no partition is one its target's rules
+//!   could not produce, and the partitions can still run one after the other (a
 //!   union with several exits could otherwise both feed and need another partition with
 //!   several exits). TVM's prototype coalesced without checking validity and could produce
 //!   overlapping partitions.
@@ -67,7 +68,7 @@ pub fn coalesce(
     let configs: Vec<crate::rules::ruletree::SubGraphConfig> = program
         .targets
         .iter()
-        .map(|t| crate::planning::enumerate::target_limits(t, limits))
+        .map(|t| crate::planning::enumerate::region_limits(t, limits))
         .collect();
     let merged = super::greedy::merge_touching_by(
         g,

@@ -3,8 +3,8 @@
 //! docs/collage.md).
 //!
 //! * Every BYOC target's greedy `partition_for_X`-style regions ([`greedy`]) are grown within
-//!   the target's limits (depth, exits, taps: [`crate::planning::enumerate::target_limits`]), so its
-//!   rules could produce them; they join the search as candidates. The search's cover is then
+//!   the target's limits (depth, or its `region_depth`, exits, taps:
+//!   [`crate::planning::enumerate::region_limits`]); they join the search as candidates. The search's cover is then
 //!   never worse than any target's greedy placement (its regions and the cheapest native cover
 //!   of the rest, the `greedy:<target>` baseline; the RFC's success metric 3), nor than any
 //!   restricted baseline, which are searches over subsets of the same candidates.
@@ -264,7 +264,7 @@ pub fn partition_on_devices(
         if program.targets[t].compiler.is_none() {
             continue;
         }
-        let config = crate::planning::enumerate::target_limits(&program.targets[t], &opts.limits);
+        let config = crate::planning::enumerate::region_limits(&program.targets[t], &opts.limits);
         let regions = greedy::regions(g, &candidates, own, &config);
         // A union may equal one of the target's candidates (a target's candidates are
         // distinct); a candidate taken alone is itself.

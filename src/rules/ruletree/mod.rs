@@ -327,6 +327,9 @@ pub struct Target {
     pub fusion: Option<FusionStyle>,
     /// Depth limit for this target's candidates (`None` = the command-line default).
     pub max_depth: Option<u32>,
+    /// Depth limit for this target's greedy regions and for the coalescing of its chosen
+    /// partitions (`None` = the limit its candidates have; `Some(u32::MAX)` for `unlimited`).
+    pub region_depth: Option<u32>,
     /// The target this one refines, by index in [`Program::targets`].
     pub refines: Option<usize>,
     /// Cost parameters.

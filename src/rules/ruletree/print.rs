@@ -60,6 +60,15 @@ fn target(out: &mut String, p: &Program, t: &Target) {
         "  max_depth = {}",
         t.max_depth.map_or("default".to_string(), |d| d.to_string())
     );
+    match t.region_depth {
+        Some(u32::MAX) => {
+            let _ = writeln!(out, "  region_depth = unlimited");
+        }
+        Some(d) => {
+            let _ = writeln!(out, "  region_depth = {d}");
+        }
+        None => {}
+    }
     if let Some(r) = t.refines {
         let _ = writeln!(
             out,

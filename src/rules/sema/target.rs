@@ -33,6 +33,7 @@ const TARGET_FIELDS: &[&str] = &[
     "device",
     "fusion",
     "max_depth",
+    "region_depth",
     "host",
     "refines",
     "patterns",
@@ -85,6 +86,7 @@ impl Checker<'_> {
             device: VirtualDevice::unconstrained(),
             fusion: None,
             max_depth: None,
+            region_depth: None,
             refines: None,
             cost: CostParams {
                 peak_flops: None,
@@ -158,6 +160,13 @@ impl Checker<'_> {
                             t.max_depth = Some(*v as u32)
                         }
                         _ => ok &= self.bad_field(f, "a positive integer"),
+                    },
+                    "region_depth" => match &f.value.kind {
+                        ValueKind::Int(v) if *v >= 1 && *v <= u32::MAX as i64 => {
+                            t.region_depth = Some(*v as u32)
+                        }
+                        ValueKind::Name(n) if n == "unlimited" => t.region_depth = Some(u32::MAX),
+                        _ => ok &= self.bad_field(f, "a positive integer or `unlimited`"),
                     },
                     "host" => match &f.value.kind {
                         ValueKind::Bool(b) => t.is_host = *b,

@@ -186,8 +186,10 @@ struct Builder<'a> {
     consts: Vec<Arc<Tensor>>,
     /// Reorders already made: (source value, destination descriptor, result).
     reorders: Vec<(ValueId, MemoryDesc, ValueId)>,
-    /// How many times each value is still to be read as a graph node's value.
-    node_uses: Vec<usize>,
+    /// Per graph node, the last node that reads its value (`None`: no node reads it).
+    last_reader: Vec<Option<usize>>,
+    /// The graph node being built.
+    current: usize,
     node_of_value: Vec<Option<usize>>,
     outputs_nodes: Vec<usize>,
 }
@@ -325,16 +327,55 @@ impl Builder<'_> {
         }
     }
 
-    /// Whether the summand value `s` may become the destination in place: a buffer written
-    /// by a step of this partition, read by nothing else, in the destination's layout.
-    fn in_place_ok(&self, s: ValueId, dst: &MemoryDesc) -> bool {
-        let Some(node) = self.node_of_value[s] else {
-            return false;
+    /// The buffer a `sum` destination in layout `dst` may take over in place, instead of a
+    /// copy of the summand `s`: the summand itself, or the reorder of it into `dst` that an
+    /// earlier primitive of this partition already read (a parameter entering the partition
+    /// is reordered once, and its block's residual `sum` accumulates into that copy). Only when
+    /// the composite being built is the last reader of the summand's node, the node is not an
+    /// output, and none of the primitive's other arguments (`reads`) lives in that buffer.
+    fn in_place(&mut self, s: ValueId, dst: &MemoryDesc, reads: &[ValueId]) -> Option<ValueId> {
+        let node = self.node_of_value[s]?;
+        if self.last_reader[node] != Some(self.current) || self.outputs_nodes.contains(&node) {
+            return None;
+        }
+        let candidate = if self.d.md_equal(&self.values[s].md, dst) {
+            s
+        } else {
+            self.reorders
+                .iter()
+                .find(|(from, md, _)| *from == s && self.d.md_equal(md, dst))
+                .map(|&(_, _, r)| r)?
         };
-        self.values[s].base == Base::Produced
-            && self.node_uses[node] == 1
-            && !self.outputs_nodes.contains(&node)
-            && self.d.md_equal(&self.values[s].md, dst)
+        // The bytes it lives in: written by a step of this partition (not a parameter's or a
+        // constant's), and read by no other argument of this primitive.
+        let root = self.root(candidate);
+        if self.values[root].base != Base::Produced || reads.iter().any(|&v| self.root(v) == root) {
+            return None;
+        }
+        if candidate != s {
+            // The reorder now fills a buffer that is overwritten: it runs on every call, even
+            // where its source is a constant of the call site.
+            let step = self.steps.iter_mut().find(|st| {
+                st.kind == StepKind::Reorder
+                    && st
+                        .args
+                        .iter()
+                        .any(|&(a, v)| a == sys::ARG_TO && v == candidate)
+            })?;
+            step.kind = StepKind::Copy;
+            self.reorders.retain(|&(_, _, r)| r != candidate);
+        }
+        Some(candidate)
+    }
+
+    /// The value whose bytes `v` are (through views and in-place destinations).
+    fn root(&self, mut v: ValueId) -> ValueId {
+        loop {
+            match self.values[v].base {
+                Base::View(u) | Base::InPlace(u) => v = u,
+                _ => return v,
+            }
+        }
     }
 
     fn attr(&self, posts: &ffi::PostOps) -> Result<ffi::Attr, Reason> {
@@ -431,11 +472,12 @@ impl Builder<'_> {
         binaries: Vec<(c_int, ValueId)>,
     ) -> Result<ValueId, Reason> {
         let prim = pd.primitive().map_err(|e| unsupported(e, what))?;
+        let reads: Vec<ValueId> = args.iter().chain(&binaries).map(|&(_, v)| v).collect();
         let dst = match sum {
-            Some(s) if self.in_place_ok(s, &dst_md) => {
-                self.push_value(dst_md, dst_dims, Base::InPlace(s))
-            }
-            Some(s) => self.reorder_into(s, &dst_md, &dst_dims, StepKind::Copy)?,
+            Some(s) => match self.in_place(s, &dst_md, &reads) {
+                Some(b) => self.push_value(dst_md, dst_dims, Base::InPlace(b)),
+                None => self.reorder_into(s, &dst_md, &dst_dims, StepKind::Copy)?,
+            },
             None => self.push_value(dst_md, dst_dims, Base::Produced),
         };
         args.push((sys::ARG_DST, dst));
@@ -1055,6 +1097,19 @@ fn fold_bn(
     Ok((Arc::new(nw), Arc::new(nb)))
 }
 
+/// Per node of `g`, the last node that reads it as an argument.
+fn last_readers(g: &Graph) -> Vec<Option<usize>> {
+    let mut last = vec![None; g.nodes.len()];
+    for (n, node) in g.nodes.iter().enumerate() {
+        if let Node::Call { args, .. } = node {
+            for &a in args {
+                last[a] = Some(n);
+            }
+        }
+    }
+    last
+}
+
 /// Compiles a partition graph.
 pub fn build(
     d: &Dnnl,
@@ -1070,7 +1125,8 @@ pub fn build(
         steps: Vec::new(),
         consts: Vec::new(),
         reorders: Vec::new(),
-        node_uses: g.uses(),
+        last_reader: last_readers(g),
+        current: 0,
         node_of_value: Vec::new(),
         outputs_nodes: g.outputs.clone(),
     };
@@ -1084,6 +1140,7 @@ pub fn build(
     }
     let mut node_value: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
     for (n, node) in g.nodes.iter().enumerate() {
+        b.current = n;
         let v = match node {
             Node::Param(i) => {
                 let dims = dims_i64(&g.params[*i].dims);

@@ -660,8 +660,9 @@ fn integer_and_boolean_tensors_run() {
 
 /// Printed plans parse again whatever the importer made: scalars of dtypes the text format has
 /// no literal for (here the int8 bounds of a Gather's negative-index wrap) and attribute
-/// integers beyond int32 (a Reshape of a dimension of 2^31). Both once made `partition` fail
-/// its own check of the printed program (E2103, exit code 101).
+/// integers beyond int32 (a Reshape of a dimension of 2^31), and integer literals beyond their
+/// dtype's range (`IsInf` of int32 compared with infinity). Each once made `partition` fail its
+/// own check of the printed program (E2103, exit code 101).
 #[test]
 fn printed_plans_of_narrow_scalars_and_huge_dimensions_parse_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -685,9 +686,18 @@ fn printed_plans_of_narrow_scalars_and_huge_dimensions_parse_again() {
         vec![b::i64s("shape", &[3], &[-1, 2, 2])],
     );
     std::fs::write(dir.path().join("r.onnx"), b::encode(&b::model(13, reshape))).unwrap();
+    // `IsInf` of integers: no infinity to compare with (once an int64-sized literal).
+    let isinf = b::graph(
+        vec![b::node("IsInf", &["x"], &["y"], vec![])],
+        vec![b::value("x", b::code::INT32, &["3"])],
+        vec![b::value("y", b::code::BOOL, &["3"])],
+        vec![],
+    );
+    std::fs::write(dir.path().join("i.onnx"), b::encode(&b::model(13, isinf))).unwrap();
     for (model, extra) in [
         ("g.onnx", vec![]),
         ("r.onnx", vec!["--dim", "batch=2147483648"]),
+        ("i.onnx", vec![]),
     ] {
         let mut args = vec!["partition", model, "--costs", "analytic", "-o", "out.relay"];
         args.extend(extra);
@@ -705,7 +715,21 @@ fn printed_plans_of_narrow_scalars_and_huge_dimensions_parse_again() {
             String::from_utf8_lossy(&parsed.stderr)
         );
     }
-    let text = std::fs::read_to_string(dir.path().join("out.relay")).unwrap();
+    let r = collage_in(
+        dir.path(),
+        [
+            "partition",
+            "r.onnx",
+            "--costs",
+            "analytic",
+            "-o",
+            "r.relay",
+            "--dim",
+            "batch=2147483648",
+        ],
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = std::fs::read_to_string(dir.path().join("r.relay")).unwrap();
     assert!(text.contains("2147483648i64"), "{text}");
     // The int8 Gather runs, its negative index wrapping as ONNX says.
     let out = collage_in(

@@ -438,7 +438,14 @@ impl<'m> Cx<'m> {
         } else if dtype.is_bool() {
             Scalar::Bool(v != 0.0)
         } else {
-            Scalar::Int(v as i64)
+            // Saturated to the dtype's range (as a float-to-integer cast), so the literal
+            // keeps its dtype when printed and parsed again.
+            let (lo, hi) = match dtype.bits {
+                16 => (i16::MIN as i64, i16::MAX as i64),
+                32 => (i32::MIN as i64, i32::MAX as i64),
+                _ => (i64::MIN, i64::MAX),
+            };
+            Scalar::Int((v as i64).clamp(lo, hi))
         };
         self.push(
             Expr::Const(Constant::Scalar { value, dtype }),

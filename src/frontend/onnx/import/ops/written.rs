@@ -38,6 +38,8 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<Option<ExprId>> {
             let pos = attr_int(node, "detect_positive", 1) != 0;
             let neg = attr_int(node, "detect_negative", 1) != 0;
             match (pos, neg) {
+                // Integers are never infinite.
+                _ if !d.is_float() => cx.call(Op::Less, &[x, x], &[])?,
                 (true, true) => {
                     let a = cx.call(Op::Abs, &[x], &[])?;
                     let inf = cx.scalar(f64::INFINITY, d);

@@ -1,8 +1,11 @@
-//! MobileNetV2's depthwise and pointwise convolutions (torchvision's shapes, batch 1, `NCHW`,
-//! each with the epilogue the model gives it after batch norm is folded: bias and `clip(0, 6)`,
-//! or bias alone on the projections) as generated code (`src/runtime/backend/native/emit/`:
-//! the phase-plane depthwise kernel, the implicit GEMM of the pointwise ones) beside oneDNN's
-//! for the same shapes (`dnnl.conv2d_bias_clip` / `dnnl.conv2d_bias` partitions).
+//! MobileNetV2's depthwise and pointwise convolutions and ResNet-50's pointwise ones
+//! (torchvision's shapes, batch 1, `NCHW`, each with the epilogue the model gives it after
+//! batch norm is folded: bias and `clip(0, 6)`, or bias alone on MobileNetV2's projections;
+//! bias and `relu`, or bias, the block's input added back and `relu` on ResNet-50's) as
+//! generated code (`src/runtime/backend/native/emit/`: the phase-plane depthwise kernel, the
+//! pointwise kernel, the implicit GEMM on 7 × 7 planes) beside oneDNN's for the same shapes
+//! (`dnnl.conv2d_bias_clip`, `dnnl.conv2d_bias`, `dnnl.conv2d_bias_relu`,
+//! `dnnl.conv2d_bias_sum_relu` partitions).
 //!
 //! As in `benches/libs.rs`: each partition is compiled and prepared once with its weights and
 //! bias as constants of the call site; for oneDNN, `kernel` is the primitive alone in the
@@ -11,8 +14,8 @@
 //! the plain tensors, so its figure (`call`) is the whole call. oneDNN is optional: without
 //! `libdnnl.so.2` its half is skipped with a note.
 //!
-//! Run with `cargo bench --bench mobilenet` (`-- dw/` the depthwise ones, `-- pw/` the pointwise
-//! ones, `-- /2T/` one thread count, `-- /native/` one backend).
+//! Run with `cargo bench --bench mobilenet` (`-- dw/` the depthwise ones, `-- pw/` MobileNetV2's
+//! pointwise ones, `-- rn/` ResNet-50's, `-- /2T/` one thread count, `-- /native/` one backend).
 
 use collage::runtime::backend::dnnl::{DnnlBackend, Part};
 use collage::runtime::backend::native::{Config as NativeConfig, Native};
@@ -25,15 +28,29 @@ mod kernels;
 use kernels::{dnnl_setup, lazy_bench, load, tensors};
 use std::time::Duration;
 
+/// What follows a convolution's bias.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Epi {
+    /// Nothing (MobileNetV2's projections).
+    Bias,
+    /// `clip(0, 6)` (MobileNetV2).
+    Clip,
+    /// `relu` (ResNet-50).
+    Relu,
+    /// The block's input added back, then `relu` (ResNet-50's last convolution of a block).
+    SumRelu,
+}
+
 /// One convolution: input channels, output channels, input height = width, window, stride,
-/// and whether `clip(0, 6)` follows the bias.
+/// the epilogue, and the model it is from (`pw` MobileNetV2's pointwise, `rn` ResNet-50's).
 struct Conv {
     c: usize,
     o: usize,
     hw: usize,
     k: usize,
     stride: usize,
-    clip: bool,
+    epi: Epi,
+    model: &'static str,
 }
 
 impl Conv {
@@ -43,20 +60,38 @@ impl Conv {
 
     fn name(&self) -> String {
         if self.depthwise() {
-            format!("dw/{}x{}x{} s{}", self.c, self.hw, self.hw, self.stride)
-        } else {
-            format!("pw/{}-{} {}x{}", self.c, self.o, self.hw, self.hw)
+            return format!("dw/{}x{}x{} s{}", self.c, self.hw, self.hw, self.stride);
         }
+        let mut name = format!(
+            "{}/{}-{} {}x{}",
+            self.model, self.c, self.o, self.hw, self.hw
+        );
+        if self.stride > 1 {
+            name.push_str(&format!(" s{}", self.stride));
+        }
+        if self.epi == Epi::SumRelu {
+            name.push_str(" +sum");
+        }
+        name
     }
 
-    /// The weight's and bias's shapes.
+    /// The output's height = width.
+    fn out(&self) -> usize {
+        (self.hw + 2 * (self.k / 2) - self.k) / self.stride + 1
+    }
+
+    /// The input's, weight's and bias's shapes (and the summand's).
     fn params(&self) -> Vec<(&'static str, Vec<usize>, bool)> {
         let cg = if self.depthwise() { 1 } else { self.c };
-        vec![
+        let mut p = vec![
             ("x", vec![1, self.c, self.hw, self.hw], false),
             ("w", vec![self.o, cg, self.k, self.k], true),
             ("bias", vec![self.o, 1, 1], true),
-        ]
+        ];
+        if self.epi == Epi::SumRelu {
+            p.push(("r", vec![1, self.o, self.out(), self.out()], false));
+        }
+        p
     }
 
     fn body(&self) -> String {
@@ -69,18 +104,20 @@ impl Conv {
             o = self.o,
             k = self.k
         );
-        if self.clip {
-            format!("clip({conv}, a_min=0f, a_max=6f)")
-        } else {
-            conv
+        match self.epi {
+            Epi::Bias => conv,
+            Epi::Clip => format!("clip({conv}, a_min=0f, a_max=6f)"),
+            Epi::Relu => format!("nn.relu({conv})"),
+            Epi::SumRelu => format!("nn.relu(add({conv}, %r))"),
         }
     }
 
     fn composite(&self) -> &'static str {
-        if self.clip {
-            "dnnl.conv2d_bias_clip"
-        } else {
-            "dnnl.conv2d_bias"
+        match self.epi {
+            Epi::Bias => "dnnl.conv2d_bias",
+            Epi::Clip => "dnnl.conv2d_bias_clip",
+            Epi::Relu => "dnnl.conv2d_bias_relu",
+            Epi::SumRelu => "dnnl.conv2d_bias_sum_relu",
         }
     }
 
@@ -101,13 +138,19 @@ impl Conv {
                 self.body()
             );
         }
+        let args: Vec<String> = self
+            .params()
+            .iter()
+            .map(|(n, _, _)| format!("%{n}"))
+            .collect();
         format!(
             "#[version = \"0.0.5\"]\n\
              def @part({decl}, Primitive=1, Compiler=\"dnnl\", global_symbol=\"part\") {{\n  \
              %100 = fn ({decl}, Composite=\"{}\") {{\n    {}\n  }};\n  \
-             %100(%x, %w, %bias)\n}}\n",
+             %100({})\n}}\n",
             self.composite(),
-            self.body()
+            self.body(),
+            args.join(", ")
         )
     }
 }
@@ -119,7 +162,8 @@ fn dw(c: usize, hw: usize, stride: usize) -> Conv {
         hw,
         k: 3,
         stride,
-        clip: true,
+        epi: Epi::Clip,
+        model: "dw",
     }
 }
 
@@ -130,12 +174,30 @@ fn pw(c: usize, o: usize, hw: usize, clip: bool) -> Conv {
         hw,
         k: 1,
         stride: 1,
-        clip,
+        epi: if clip { Epi::Clip } else { Epi::Bias },
+        model: "pw",
     }
 }
 
-/// Every depthwise shape of MobileNetV2 and a pointwise expansion (clip) and projection (bias
-/// alone) per resolution.
+/// A pointwise convolution of ResNet-50: `relu` after the bias, or (`sum`) the block's input
+/// added back first.
+fn rn(c: usize, o: usize, hw: usize, stride: usize, sum: bool) -> Conv {
+    Conv {
+        c,
+        o,
+        hw,
+        k: 1,
+        stride,
+        epi: if sum { Epi::SumRelu } else { Epi::Relu },
+        model: "rn",
+    }
+}
+
+/// Every depthwise and pointwise shape of MobileNetV2 (expansions with clip, projections with
+/// bias alone), and ResNet-50's pointwise shapes: per stage the first
+/// reduction, the expansion with the sum, the later reductions, and the downsampling (stride 2
+/// from the second stage on; its `relu` comes after the sum in the model, here it stands for
+/// the projection's bias).
 fn convs() -> Vec<Conv> {
     vec![
         dw(32, 112, 1),
@@ -150,16 +212,38 @@ fn convs() -> Vec<Conv> {
         dw(960, 7, 1),
         pw(32, 16, 112, false),
         pw(16, 96, 112, true),
+        pw(96, 24, 56, false),
         pw(24, 144, 56, true),
         pw(144, 24, 56, false),
+        pw(144, 32, 28, false),
         pw(32, 192, 28, true),
         pw(192, 32, 28, false),
+        pw(192, 64, 14, false),
         pw(64, 384, 14, true),
         pw(384, 64, 14, false),
+        pw(384, 96, 14, false),
+        pw(96, 576, 14, true),
         pw(576, 96, 14, false),
+        pw(576, 160, 7, false),
         pw(160, 960, 7, true),
         pw(960, 160, 7, false),
+        pw(960, 320, 7, false),
         pw(320, 1280, 7, true),
+        rn(64, 64, 56, 1, false),
+        rn(64, 256, 56, 1, true),
+        rn(256, 64, 56, 1, false),
+        rn(256, 128, 56, 1, false),
+        rn(128, 512, 28, 1, true),
+        rn(512, 128, 28, 1, false),
+        rn(256, 512, 56, 2, false),
+        rn(512, 256, 28, 1, false),
+        rn(256, 1024, 14, 1, true),
+        rn(1024, 256, 14, 1, false),
+        rn(512, 1024, 28, 2, false),
+        rn(1024, 512, 14, 1, false),
+        rn(512, 2048, 7, 1, true),
+        rn(2048, 512, 7, 1, false),
+        rn(1024, 2048, 14, 2, false),
     ]
 }
 

@@ -928,13 +928,62 @@ def @main(%input: Tensor[(2, 4, 8), float32], %weight: Tensor[(4, 1, 1), float32
 }
 "#;
 
+/// Runs each of `texts` (Relay modules, random weights and inputs) as generated code (one
+/// cache directory, 2 threads) and on the interpreter; every output must agree within rtol =
+/// atol = 1e-4 and no unit may fall back. Returns the C sources of the kernels generated.
+fn against_interpreter(texts: &[String]) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let n = Arc::new(Native::new(Config {
+        threads: 2,
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..Config::default()
+    }));
+    for text in texts {
+        let m = load_text_ok("case.relay", text);
+        let w = Weights::new(11);
+        let mw = w.for_module(&m);
+        let x = executor::compile(&m, &mw, &native_options(&n, 2)).unwrap();
+        if !x.warnings.is_empty() {
+            return Err(format!("{text}\nfell back: {:?}", x.warnings));
+        }
+        let r = executor::compile(
+            &m,
+            &mw,
+            &Options {
+                threads: 1,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let inputs: Vec<Arc<Tensor>> = x
+            .inputs
+            .iter()
+            .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
+            .collect();
+        let (got, want) = (x.run(&inputs).unwrap(), r.run(&inputs).unwrap());
+        let (got, want) = (got.value.flatten(), want.value.flatten());
+        for (a, b) in got.iter().zip(&want) {
+            if let Some(e) = mismatch(a, b, 1e-4, 1e-4) {
+                return Err(format!("{text}\n{e}"));
+            }
+        }
+    }
+    let mut sources = String::new();
+    for e in std::fs::read_dir(dir.path().join("kernels/lib")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "c") {
+            sources.push_str(&std::fs::read_to_string(p).unwrap());
+        }
+    }
+    Ok(sources)
+}
+
 mod depthwise {
     //! Depthwise convolutions (`emit/depthwise.rs`, the phase-plane kernel) with the epilogues
     //! MobileNetV2 gives them (bias, clip, a residual add), against the reference interpreter,
     //! across shapes: odd sizes, strides 1 and 2, padding 0, 1 and asymmetric, channels that are
     //! not a multiple of the vector width, batches above 1, dilation, a channel multiplier.
 
-    use super::*;
     use proptest::prelude::*;
 
     /// One depthwise convolution and its epilogue.
@@ -1009,51 +1058,8 @@ mod depthwise {
     /// case's output must agree within rtol = atol = 1e-4, and (`phase`) every kernel must be
     /// the phase-plane one.
     pub(super) fn check(cases: &[Case], phase: bool) -> Result<(), String> {
-        let dir = tempfile::tempdir().unwrap();
-        let n = Arc::new(Native::new(Config {
-            threads: 2,
-            cache_dir: Some(dir.path().to_path_buf()),
-            ..Config::default()
-        }));
-        for case in cases {
-            let text = case.text();
-            let m = load_text_ok("dw.relay", &text);
-            let w = Weights::new(11);
-            let mw = w.for_module(&m);
-            let x = executor::compile(&m, &mw, &native_options(&n, 2)).unwrap();
-            if !x.warnings.is_empty() {
-                return Err(format!("{text}\nfell back: {:?}", x.warnings));
-            }
-            let r = executor::compile(
-                &m,
-                &mw,
-                &Options {
-                    threads: 1,
-                    ..Options::default()
-                },
-            )
-            .unwrap();
-            let inputs: Vec<Arc<Tensor>> = x
-                .inputs
-                .iter()
-                .map(|i| Arc::new(mw.random_input(&i.name, &i.shape).unwrap()))
-                .collect();
-            let (got, want) = (x.run(&inputs).unwrap(), r.run(&inputs).unwrap());
-            let (got, want) = (got.value.flatten(), want.value.flatten());
-            for (a, b) in got.iter().zip(&want) {
-                if let Some(e) = mismatch(a, b, 1e-4, 1e-4) {
-                    return Err(format!("{text}\n{e}"));
-                }
-            }
-        }
-        // The kernels generated: one per case, each the phase-plane kernel.
-        let mut sources = String::new();
-        for e in std::fs::read_dir(dir.path().join("kernels/lib")).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "c") {
-                sources.push_str(&std::fs::read_to_string(p).unwrap());
-            }
-        }
+        let texts: Vec<String> = cases.iter().map(Case::text).collect();
+        let sources = super::against_interpreter(&texts)?;
         let marks = sources.matches("/* depthwise convolution over").count();
         if phase && marks != cases.len() {
             return Err(format!(
@@ -1144,6 +1150,179 @@ mod depthwise {
             // One channel is one group: an ordinary convolution, which the phase-plane kernel
             // is not for (its numbers are still checked).
             let r = check(std::slice::from_ref(&cs), c > 1);
+            prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+        }
+    }
+}
+
+mod pointwise {
+    //! Pointwise (1×1) convolutions (`emit/pointwise.rs`) with the epilogues of MobileNetV2 and
+    //! ResNet-50 (bias, `clip(0, 6)`, `relu`, a residual add), against the reference
+    //! interpreter: channel counts that leave a narrower last tile, planes that leave a
+    //! narrower last panel, strides 2 and 3, padding, batches above 1, and an input computed by
+    //! a fused operator (gathered before the product).
+
+    use proptest::prelude::*;
+
+    /// One pointwise convolution and its epilogue.
+    #[derive(Clone, Debug)]
+    struct Case {
+        n: usize,
+        c: usize,
+        o: usize,
+        h: usize,
+        w: usize,
+        stride: usize,
+        pad: usize,
+        /// 0: none, 1: bias, 2: bias and clip(0, 6), 3: bias, a residual add and relu.
+        epilogue: u8,
+        /// The input goes through `relu` first (fused into the convolution's reads).
+        relu_in: bool,
+    }
+
+    impl Case {
+        fn out(&self) -> (usize, usize) {
+            (
+                (self.h + 2 * self.pad - 1) / self.stride + 1,
+                (self.w + 2 * self.pad - 1) / self.stride + 1,
+            )
+        }
+
+        /// Whether every vector of the plane's pixels is full (16, 8 and 4 lanes alike), so
+        /// the pointwise kernel is taken whatever the machine.
+        fn full_lanes(&self) -> bool {
+            let (oh, ow) = self.out();
+            (oh * ow).is_multiple_of(16)
+        }
+
+        fn text(&self) -> String {
+            let (n, c, o) = (self.n, self.c, self.o);
+            let (oh, ow) = self.out();
+            let mut params = format!(
+                "%x: Tensor[({n}, {c}, {}, {}), float32], %w: Tensor[({o}, {c}, 1, 1), float32]",
+                self.h, self.w
+            );
+            if self.epilogue > 0 {
+                params.push_str(&format!(", %b: Tensor[({o}, 1, 1), float32]"));
+            }
+            if self.epilogue == 3 {
+                params.push_str(&format!(", %r: Tensor[({n}, {o}, {oh}, {ow}), float32]"));
+            }
+            let input = if self.relu_in { "nn.relu(%x)" } else { "%x" };
+            let p = self.pad;
+            let mut body = format!(
+                "  %0 = nn.conv2d({input}, %w, strides=[{s}, {s}], padding=[{p}, {p}, {p}, {p}], \
+                 channels={o}, kernel_size=[1, 1]);\n",
+                s = self.stride,
+            );
+            let last = match self.epilogue {
+                0 => "%0",
+                1 => {
+                    body.push_str("  %1 = add(%0, %b);\n");
+                    "%1"
+                }
+                2 => {
+                    body.push_str("  %1 = add(%0, %b);\n  %2 = clip(%1, a_min=0f, a_max=6f);\n");
+                    "%2"
+                }
+                _ => {
+                    body.push_str(
+                        "  %1 = add(%0, %b);\n  %2 = add(%1, %r);\n  %3 = nn.relu(%2);\n",
+                    );
+                    "%3"
+                }
+            };
+            format!("#[version = \"0.0.5\"]\ndef @main({params}) {{\n{body}  {last}\n}}\n")
+        }
+    }
+
+    /// Runs `cases` against the interpreter; the cases whose planes fill whole vectors must
+    /// have taken the pointwise kernel.
+    fn check(cases: &[Case]) -> Result<(), String> {
+        let texts: Vec<String> = cases.iter().map(Case::text).collect();
+        let sources = super::against_interpreter(&texts)?;
+        let marks = sources.matches("/* pointwise convolution").count();
+        let want = cases.iter().filter(|c| c.full_lanes()).count();
+        if marks < want {
+            return Err(format!("{marks} pointwise kernels for {want} cases"));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn case(
+        n: usize,
+        c: usize,
+        o: usize,
+        hw: usize,
+        stride: usize,
+        pad: usize,
+        epilogue: u8,
+    ) -> Case {
+        Case {
+            n,
+            c,
+            o,
+            h: hw,
+            w: hw,
+            stride,
+            pad,
+            epilogue,
+            relu_in: false,
+        }
+    }
+
+    #[test]
+    fn pointwise_kernels_match_the_interpreter_across_shapes() {
+        let mut cases = vec![
+            // MobileNetV2's first expansion and projection (channels as in the model).
+            case(1, 16, 96, 112, 1, 0, 2),
+            case(1, 32, 16, 112, 1, 0, 1),
+            // 144 -> 24 at 56 x 56 with the block's input added back (as ResNet's relu).
+            case(1, 144, 24, 56, 1, 0, 3),
+            // Channels that leave a last tile of 4 and 8 (64, 160), a 14 x 14 plane (196 =
+            // 6 * 32 + 4 pixels), a 7 x 7 one.
+            case(1, 96, 64, 14, 1, 0, 2),
+            case(1, 40, 160, 14, 1, 0, 3),
+            case(1, 24, 8, 7, 1, 0, 1),
+            // Fewer channels than a tile, odd planes, batches of 2 and 3.
+            case(2, 3, 5, 9, 1, 0, 2),
+            case(3, 17, 29, 13, 1, 0, 3),
+            // Strides 2 and 3 (ResNet's downsampling), padding.
+            case(1, 64, 128, 56, 2, 0, 1),
+            case(2, 20, 36, 15, 2, 0, 3),
+            case(1, 9, 30, 11, 3, 0, 2),
+            case(1, 12, 24, 8, 1, 1, 2),
+            case(1, 12, 20, 9, 2, 1, 0),
+        ];
+        let mut c = case(1, 24, 48, 16, 1, 0, 2);
+        c.relu_in = true;
+        cases.push(c);
+        check(&cases).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 8,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        #[test]
+        fn random_pointwise_convolutions_match_the_interpreter(
+            n in 1usize..=2,
+            c in 1usize..=80,
+            o in 1usize..=80,
+            hw in 1usize..=40,
+            stride in 1usize..=2,
+            pad in 0usize..=1,
+            epilogue in 0u8..=3,
+            relu_in in any::<bool>(),
+        ) {
+            let cs = Case {
+                n, c, o, h: hw, w: hw + 3, stride, pad, epilogue, relu_in,
+            };
+            let r = check(std::slice::from_ref(&cs));
             prop_assert!(r.is_ok(), "{}", r.unwrap_err());
         }
     }

@@ -1,6 +1,8 @@
 //! Matrix products: `nn.dense`, `nn.batch_matmul` and `nn.conv2d`, as packed, register-blocked
 //! GEMMs with the epilogue applied to each output tile while it is hot; depthwise convolutions
-//! over phase planes ([`super::depthwise`]), or, where that declines, as a direct loop.
+//! over phase planes ([`super::depthwise`]), or, where that declines, as a direct loop;
+//! pointwise (1×1) convolutions with pixels in the lanes ([`super::pointwise`]) where that
+//! wastes no more lanes than the implicit GEMM here.
 //!
 //! Every product is a batch of `C[b] (M × N) = A[b] (M × K) · B[b] (K × N)`:
 //!
@@ -81,6 +83,9 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId) {
                     return;
                 }
                 return depthwise(cx, a, r, d, w, g);
+            }
+            if super::pointwise::nest(cx, a, r, d, w, g) {
+                return;
             }
             if g.o / g.groups >= cx.isa.vl && conv_implicit(cx, a, r, d, w, g) {
                 return;
@@ -289,7 +294,7 @@ fn prepack(cx: &mut Cx<'_>, operand: NodeId, kind: Kind, d: Dims, side: Side) ->
 /// `D`, `floats` floats, by `body`, told whether to run in parallel) for an operand that reads
 /// only kernel arguments; returns the pack's index. `None` when the operand reads a buffer the
 /// kernel computes, or literals alone (packed at run time).
-fn pack_fn(
+pub(super) fn pack_fn(
     cx: &mut Cx<'_>,
     operand: NodeId,
     floats: usize,

@@ -25,6 +25,7 @@
 
 pub mod depthwise;
 pub mod gemm;
+pub mod pointwise;
 pub mod pool;
 pub mod prelude;
 pub mod scalar;

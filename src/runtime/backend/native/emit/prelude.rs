@@ -65,6 +65,10 @@ pub enum Feature {
     Ukr(usize, usize),
     /// The `mr × nr` indirect micro-kernel (rows of `A` read through pointers and offsets).
     Ukri(usize, usize),
+    /// The `mr × nr` micro-kernel whose `B` is read in place, rows `ldb` floats apart, and
+    /// whose tile is written with rows `ldc` floats apart (pointwise convolutions: `B` is the
+    /// input image, pixels contiguous; the narrower tiles at the edges share one tile buffer).
+    Ukrs(usize, usize),
 }
 
 const HEAD: &str = r#"#include <stdint.h>
@@ -140,6 +144,7 @@ pub fn prelude(isa: Isa, features: &BTreeSet<Feature>) -> String {
         match *f {
             Feature::Ukr(mr, nr) => ukr(&mut s, isa, mr, nr),
             Feature::Ukri(mr, nr) => ukri(&mut s, isa, mr, nr),
+            Feature::Ukrs(mr, nr) => micro_kernel(&mut s, isa, mr, nr, Mode::Strided),
         }
     }
     s
@@ -147,32 +152,55 @@ pub fn prelude(isa: Isa, features: &BTreeSet<Feature>) -> String {
 
 /// The `mr × nr` micro-kernel: `C[mr][nr] = Σ_k A[k][mr] ⊗ B[k][nr]`.
 fn ukr(s: &mut String, isa: Isa, mr: usize, nr: usize) {
-    micro_kernel(s, isa, mr, nr, false)
+    micro_kernel(s, isa, mr, nr, Mode::Packed)
 }
 
 /// The `mr × nr` indirect micro-kernel of implicit-GEMM convolutions:
 /// `C[i][nr] = Σ_k X[i][off[k]] · B[k][nr]`, row `i` of `A` being the input pixels under the taps
 /// of output pixel `i` (`X[i]` points at its window, `off[k]` is tap `k`'s offset).
 fn ukri(s: &mut String, isa: Isa, mr: usize, nr: usize) {
-    micro_kernel(s, isa, mr, nr, true)
+    micro_kernel(s, isa, mr, nr, Mode::Indirect)
+}
+
+/// How a micro-kernel reads its operands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `A` and `B` packed.
+    Packed,
+    /// `A` through row pointers and tap offsets, `B` packed.
+    Indirect,
+    /// `A` packed, `B` in place with rows `ldb` floats apart (unaligned vector loads), `C`
+    /// with rows `ldc` floats apart.
+    Strided,
 }
 
 /// A micro-kernel: `mr × nr / vl` vector accumulators, one broadcast element of `A` and `nr /
-/// vl` vectors of `B` per step of `k`. `A` is packed (`A[k * mr + i]`) or, `indirect`, read
-/// through row pointers and tap offsets.
-fn micro_kernel(s: &mut String, isa: Isa, mr: usize, nr: usize, indirect: bool) {
+/// vl` vectors of `B` per step of `k`. `A` is packed (`A[k * mr + i]`) or read through row
+/// pointers and tap offsets ([`Mode::Indirect`]); `B` is packed (`B[k * nr + j]`) or read in
+/// place (`B[k * ldb + j]`, [`Mode::Strided`], which also writes `C` with rows `ldc` apart).
+fn micro_kernel(s: &mut String, isa: Isa, mr: usize, nr: usize, mode: Mode) {
     let nv = nr / isa.vl;
     let vl = isa.vl;
-    if indirect {
-        let _ = writeln!(
-            s,
-            "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
-        );
-    } else {
-        let _ = writeln!(
-            s,
-            "static inline void ukr_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, float* restrict C) {{"
-        );
+    let indirect = mode == Mode::Indirect;
+    match mode {
+        Mode::Indirect => {
+            let _ = writeln!(
+                s,
+                "static inline void ukri_{mr}x{nr}(long K, const float* const* restrict X, const int* restrict off, const float* restrict B, float* restrict C) {{"
+            );
+        }
+        Mode::Packed => {
+            let _ = writeln!(
+                s,
+                "static inline void ukr_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, float* restrict C) {{"
+            );
+        }
+        Mode::Strided => {
+            let _ = writeln!(
+                s,
+                "static inline void ukrs_{mr}x{nr}(long K, const float* restrict A, const float* restrict B, long ldb, float* restrict C, long ldc) {{"
+            );
+        }
     }
     for i in 0..mr {
         if indirect {
@@ -186,10 +214,15 @@ fn micro_kernel(s: &mut String, isa: Isa, mr: usize, nr: usize, indirect: bool) 
     if indirect {
         let _ = writeln!(s, "    const long o = off[k];");
     }
+    let row = if mode == Mode::Strided {
+        "ldb".to_string()
+    } else {
+        nr.to_string()
+    };
     for v in 0..nv {
         let _ = writeln!(
             s,
-            "    const vf b{v} = *(const vfu*)(B + k * {nr} + {});",
+            "    const vf b{v} = *(const vfu*)(B + k * {row} + {});",
             v * vl
         );
     }
@@ -207,7 +240,11 @@ fn micro_kernel(s: &mut String, isa: Isa, mr: usize, nr: usize, indirect: bool) 
     let _ = writeln!(s, "  }}");
     for i in 0..mr {
         for v in 0..nv {
-            let _ = writeln!(s, "  *(vfu*)(C + {}) = c{i}_{v};", i * nr + v * vl);
+            if mode == Mode::Strided {
+                let _ = writeln!(s, "  *(vfu*)(C + {i} * ldc + {}) = c{i}_{v};", v * vl);
+            } else {
+                let _ = writeln!(s, "  *(vfu*)(C + {}) = c{i}_{v};", i * nr + v * vl);
+            }
         }
     }
     let _ = writeln!(s, "}}");

@@ -924,6 +924,36 @@ fn depthwise(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: 
     cx.per_thread = cx.per_thread.max((ph * pw + g.ow + 16) * 4);
 }
 
+/// Declares a float holding `data[n][c][iy][ix]` for the image and channel loop variables
+/// `nc` and the C expressions `iy`, `ix` (row and column in the input), zero where they fall in
+/// the padding; returns its name.
+pub(super) fn padded_read(
+    cx: &mut Cx<'_>,
+    data: NodeId,
+    g: &ConvGeom,
+    nc: (u32, u32),
+    (iy, ix): (&str, &str),
+) -> String {
+    let v = cx.fresh("v");
+    cx.line(format!("float {v} = 0.0f;"));
+    cx.open(format!(
+        "if ({iy} >= 0 && {iy} < {}L && {ix} >= 0 && {ix} < {}L)",
+        g.h, g.w
+    ));
+    let xv = cx.val(
+        data,
+        &[
+            Ix::var(nc.0),
+            Ix::var(nc.1),
+            Ix::opaque(iy.to_string(), 0, g.h as i64 - 1),
+            Ix::opaque(ix.to_string(), 0, g.w as i64 - 1),
+        ],
+    );
+    cx.line(format!("{v} = {};", super::scalar::convert(&xv, Class::F)));
+    cx.close();
+    v
+}
+
 /// A convolution as an implicit GEMM: `C (pixels × output channels) = A (pixels × taps) ·
 /// W (taps × output channels)`, where row `p` of `A` is read straight from the (zero-padded)
 /// input through a table of tap offsets, so no im2col matrix is built. Output channels are the
@@ -999,23 +1029,7 @@ fn conv_implicit(
             cx.open(format!("for (long {x} = 0; {x} < {ww}L; {x}++)"));
             let ix = cx.fresh("ix");
             cx.line(format!("const long {ix} = {x} - {}L;", g.pad.1));
-            let v = cx.fresh("v");
-            cx.line(format!("float {v} = 0.0f;"));
-            cx.open(format!(
-                "if ({iy} >= 0 && {iy} < {}L && {ix} >= 0 && {ix} < {}L)",
-                g.h, g.w
-            ));
-            let xv = cx.val(
-                data,
-                &[
-                    Ix::var(nv),
-                    Ix::var(cv),
-                    Ix::opaque(iy.clone(), 0, g.h as i64 - 1),
-                    Ix::opaque(ix.clone(), 0, g.w as i64 - 1),
-                ],
-            );
-            cx.line(format!("{v} = {};", super::scalar::convert(&xv, Class::F)));
-            cx.close();
+            let v = padded_read(cx, data, &g, (nv, cv), (&iy, &ix));
             cx.line(format!(
                 "{name}[(({nn} * {}L + {cc}) * {hh}L + {y}) * {ww}L + {x}] = {v};",
                 g.c

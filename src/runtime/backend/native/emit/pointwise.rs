@@ -305,26 +305,7 @@ fn gather(cx: &mut Cx<'_>, data: NodeId, g: &ConvGeom) -> String {
             "const long {ix} = {x} * {}L - {}L;",
             g.stride.1, g.pad.1
         ));
-        let v = cx.fresh("v");
-        cx.line(format!("float {v} = 0.0f;"));
-        cx.open(format!(
-            "if ({iy} >= 0 && {iy} < {}L && {ix} >= 0 && {ix} < {}L)",
-            g.h, g.w
-        ));
-        let xval = cx.val(
-            data,
-            &[
-                Ix::var(nv),
-                Ix::var(cv),
-                Ix::opaque(iy.clone(), 0, g.h as i64 - 1),
-                Ix::opaque(ix.clone(), 0, g.w as i64 - 1),
-            ],
-        );
-        cx.line(format!(
-            "{v} = {};",
-            super::scalar::convert(&xval, Class::F)
-        ));
-        cx.close();
+        let v = super::gemm::padded_read(cx, data, g, (nv, cv), (&iy, &ix));
         cx.line(format!("{dst} = {v};"));
     }
     cx.close();

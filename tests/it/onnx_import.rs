@@ -835,3 +835,142 @@ fn slices_and_upsampling_follow_onnx() {
         .collect();
     assert_eq!(y[0].bytes(), f32_tensor(&[1, 1, 4, 6], &want).bytes());
 }
+
+/// Random one-operator models of the operators the importer writes out, with random ranks,
+/// element types, extra inputs and attributes (including absurd ones): `partition` and `run
+/// --check-reference` either succeed or report errors (exit code 0 or 1), never a panic or an
+/// internal error (exit code 101) or a signal. Such models once made `partition` fail its
+/// own check of the printed program.
+mod written_operators {
+    use super::*;
+    use collage::frontend::onnx::proto::type_proto;
+    use proptest::prelude::*;
+
+    const OPS: &[&str] = &[
+        "Round",
+        "Sign",
+        "IsNaN",
+        "IsInf",
+        "Tan",
+        "Sinh",
+        "Asin",
+        "Acos",
+        "Asinh",
+        "Atanh",
+        "Softsign",
+        "ThresholdedRelu",
+        "Shrink",
+        "Celu",
+        "Mish",
+        "Swish",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Trilu",
+        "OneHot",
+        "LRN",
+        "DequantizeLinear",
+        "QuantizeLinear",
+        "Mod",
+        "CumSum",
+        "Hardmax",
+        "LpNormalization",
+        "MeanVarianceNormalization",
+        "GroupNormalization",
+        "RMSNormalization",
+        "GatherND",
+        "And",
+        "Or",
+        "Xor",
+    ];
+    const ELEMS: &[i32] = &[1, 1, 7, 6, 3, 2, 9, 10];
+    const ATTRS: &[&str] = &[
+        "axis",
+        "blocksize",
+        "upper",
+        "size",
+        "alpha",
+        "p",
+        "num_groups",
+        "fmod",
+        "exclusive",
+        "reverse",
+        "batch_dims",
+        "detect_positive",
+        "output_dtype",
+        "block_size",
+    ];
+    const VALUES: &[i64] = &[-(1 << 40), -3, -1, 0, 1, 2, 3, 4, 1 << 20, 1 << 40];
+
+    fn extra(
+        i: usize,
+        kind: usize,
+    ) -> (String, Option<collage::frontend::onnx::proto::TensorProto>) {
+        let n = format!("c{i}");
+        let t = match kind {
+            0 => b::i64s(&n, &[], &[2]),
+            1 => b::i64s(&n, &[2], &[3, -1]),
+            2 => b::f32s(&n, &[], &[0.5]),
+            3 => b::f32s(&n, &[2], &[0.5, 2.0]),
+            _ => return ("x".into(), None),
+        };
+        (n, Some(t))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn never_crash(
+            op in 0..OPS.len(),
+            shape in prop::collection::vec(prop::sample::select(vec![1i64, 2, 3, 4, 6]), 0..5),
+            elem in prop::sample::select(ELEMS.to_vec()),
+            extras in prop::collection::vec(0usize..5, 0..3),
+            attrs in prop::collection::vec((0..ATTRS.len(), 0..VALUES.len()), 0..3),
+        ) {
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let dims: Vec<&str> = dims.iter().map(String::as_str).collect();
+            let mut inputs = vec!["x".to_string()];
+            let mut inits = Vec::new();
+            for (i, &k) in extras.iter().enumerate() {
+                let (name, t) = extra(i + 1, k);
+                inputs.push(name);
+                inits.extend(t);
+            }
+            let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let mut seen = std::collections::HashSet::new();
+            let attrs: Vec<_> = attrs
+                .into_iter()
+                .filter(|(a, _)| seen.insert(*a))
+                .map(|(a, v)| b::attr_int(ATTRS[a], VALUES[v]))
+                .collect();
+            // The output's type without a shape (the importer computes it).
+            let mut y = b::value("y", elem, &[]);
+            if let Some(type_proto::Value::TensorType(t)) =
+                y.r#type.as_mut().and_then(|t| t.value.as_mut())
+            {
+                t.shape = None;
+            }
+            let g = b::graph(
+                vec![b::node(OPS[op], &ins, &["y"], attrs)],
+                vec![b::value("x", elem, &dims)],
+                vec![y],
+                inits,
+            );
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("m.onnx"), b::encode(&b::model(18, g))).unwrap();
+            for args in [
+                vec!["partition", "m.onnx", "--costs", "analytic", "-o", "o.relay"],
+                vec!["run", "m.onnx", "--check-reference", "--cache-dir", "kc"],
+            ] {
+                let out = collage_in(dir.path(), &args);
+                prop_assert!(
+                    matches!(out.status.code(), Some(0 | 1)),
+                    "{} of {} {shape:?} type {elem}: {:?}\n{}",
+                    args[0],
+                    OPS[op],
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}

@@ -20,6 +20,16 @@ pub fn write_int(f: &mut dyn fmt::Write, v: i64, d: DType) -> fmt::Result {
     }
 }
 
+/// Whether the text format has a literal for a scalar of `d`: floats and signed integers of
+/// 16, 32 or 64 bits, and booleans. Others (8-bit and unsigned integers, bfloat16) must be
+/// metadata constants to print.
+pub fn has_literal(d: DType) -> bool {
+    match d.code {
+        DTypeCode::Float | DTypeCode::Int => matches!(d.bits, 16 | 32 | 64),
+        _ => d.is_bool(),
+    }
+}
+
 /// The suffix of a float literal of the given dtype.
 pub fn float_suffix(d: DType) -> &'static str {
     match d.bits {

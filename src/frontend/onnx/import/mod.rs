@@ -71,45 +71,14 @@ pub fn dtype_of(d: OnnxDType) -> DType {
     }
 }
 
-/// Whether the text format spells a scalar of `d` as a literal: floats of 16, 32 or 64 bits,
-/// signed integers of 16, 32 or 64 bits, and booleans.
-fn literal_spelling(d: DType) -> bool {
-    use crate::ir::DTypeCode::*;
-    match d.code {
-        Float | Int => matches!(d.bits, 16 | 32 | 64),
-        _ => d.is_bool(),
-    }
-}
-
 /// A zero-dimensional tensor of `dtype` holding `v` (integers wrapped to the width, bfloat16
 /// rounded to nearest even), or `None` when ONNX has no such type.
 fn scalar_data(v: f64, dtype: DType) -> Option<TensorData> {
-    const ALL: [OnnxDType; 13] = [
-        OnnxDType::F32,
-        OnnxDType::U8,
-        OnnxDType::I8,
-        OnnxDType::U16,
-        OnnxDType::I16,
-        OnnxDType::I32,
-        OnnxDType::I64,
-        OnnxDType::Bool,
-        OnnxDType::F16,
-        OnnxDType::F64,
-        OnnxDType::U32,
-        OnnxDType::U64,
-        OnnxDType::BF16,
-    ];
-    let od = ALL.into_iter().find(|&o| dtype_of(o) == dtype)?;
+    let od = (0..=16)
+        .filter_map(OnnxDType::from_onnx)
+        .find(|&o| dtype_of(o) == dtype)?;
     let bytes: Vec<u8> = match od {
-        OnnxDType::BF16 => {
-            let b = (v as f32).to_bits();
-            let rounded = if (v as f32).is_nan() {
-                (b >> 16) | 0x40
-            } else {
-                (b + 0x7fff + ((b >> 16) & 1)) >> 16
-            };
-            (rounded as u16).to_le_bytes().to_vec()
-        }
+        OnnxDType::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
         OnnxDType::F16 | OnnxDType::F32 | OnnxDType::F64 => return None,
         _ => {
             let i = if v.is_sign_negative() {
@@ -428,7 +397,7 @@ impl<'m> Cx<'m> {
     /// literal for (8-bit and unsigned integers, bfloat16) a metadata constant, so that the
     /// printed program parses again. Integers wrap to the dtype's width, as a cast does.
     pub(super) fn scalar(&mut self, v: f64, dtype: DType) -> ExprId {
-        if !literal_spelling(dtype) {
+        if !crate::ir::literal::has_literal(dtype) {
             if let Some(t) = scalar_data(v, dtype) {
                 return self.constant(&t);
             }

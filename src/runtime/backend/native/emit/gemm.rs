@@ -552,7 +552,6 @@ fn epilogue_tile(
     ct: &str,
 ) {
     let (mr, nr) = (d.mr, d.nr);
-    let (ii, jj) = (cx.fresh("ti"), cx.fresh("tj"));
     let (mlim, nlim) = (cx.fresh("ml"), cx.fresh("nl"));
     cx.line(format!(
         "const long {mlim} = {}L - {row0} < {mr}L ? {}L - {row0} : {mr}L;",
@@ -562,18 +561,41 @@ fn epilogue_tile(
         "const long {nlim} = {}L - {col0} < {nr}L ? {}L - {col0} : {nr}L;",
         d.n, d.n
     ));
-    cx.open(format!("for (long {ii} = 0; {ii} < {mlim}; {ii}++)"));
+    tile_epilogue(
+        cx,
+        (a, r),
+        (ct, nr),
+        (row0, &mlim, d.m),
+        (col0, &nlim, d.n),
+        |cx, rv, cv| out_coords(cx, a, kind, b, &Ix::var(rv), &Ix::var(cv)),
+    );
+}
+
+/// Sends a register tile (`ct`, `nr` floats per row) through the epilogue of `a` into `r`:
+/// the tile's rows `row0 + i` for `i < rows` in an outer loop, its columns `col0 + j` for
+/// `j < cols` in a vectorised inner loop (the C expressions `rows` and `cols` are the counts
+/// left at the edges); `coords` maps the loop variables of the global row and column (extents
+/// as given) to the result's coordinates.
+pub(super) fn tile_epilogue(
+    cx: &mut Cx<'_>,
+    (a, r): (NodeId, NodeId),
+    (ct, nr): (&str, usize),
+    (row0, rows, row_extent): (&str, &str, usize),
+    (col0, cols, col_extent): (&str, &str, usize),
+    coords: impl FnOnce(&mut Cx<'_>, u32, u32) -> Vec<Ix>,
+) {
+    let (ii, jj) = (cx.fresh("ti"), cx.fresh("tj"));
+    cx.open(format!("for (long {ii} = 0; {ii} < {rows}; {ii}++)"));
     let rn = cx.fresh("gr");
     cx.line(format!("const long {rn} = {row0} + {ii};"));
-    let rv = cx.vars.fresh(rn.clone(), d.m);
+    let rv = cx.vars.fresh(rn.clone(), row_extent);
     let at = cx.mark();
-    cx.open(format!("for (long {jj} = 0; {jj} < {nlim}; {jj}++)"));
+    cx.open(format!("for (long {jj} = 0; {jj} < {cols}; {jj}++)"));
     let cn = cx.fresh("gc");
     cx.line(format!("const long {cn} = {col0} + {jj};"));
-    let cv = cx.vars.fresh(cn.clone(), d.n);
-    let acc = CV::new(format!("{ct}[{ii} * {nr} + {jj}]"), Class::F);
-    let acc = cx.bind(acc);
-    let oc = out_coords(cx, a, kind, b, &Ix::var(rv), &Ix::var(cv));
+    let cv = cx.vars.fresh(cn.clone(), col_extent);
+    let acc = cx.bind(CV::new(format!("{ct}[{ii} * {nr} + {jj}]"), Class::F));
+    let oc = coords(cx, rv, cv);
     cx.epilogue(a, r, acc, &oc);
     cx.close();
     cx.simd_at(at);
@@ -1135,29 +1157,24 @@ fn conv_implicit(
     cx.line(format!(
         "const long {il} = {np_}L - {p0} < {mr}L ? {np_}L - {p0} : {mr}L;"
     ));
-    let (jj, ii) = (cx.fresh("tj"), cx.fresh("ti"));
-    cx.open(format!("for (long {ii} = 0; {ii} < {il}; {ii}++)"));
-    let pn_ = cx.fresh("gp");
-    cx.line(format!("const long {pn_} = {p0} + {ii};"));
-    let pv = cx.vars.fresh(pn_.clone(), np_);
-    let at = cx.mark();
-    cx.open(format!("for (long {jj} = 0; {jj} < {jl}; {jj}++)"));
-    let ocn = cx.fresh("go");
-    cx.line(format!(
-        "const long {ocn} = {grp} * {og}L + {pn} * {nr}L + {jj};"
-    ));
-    let ocv = cx.vars.fresh(ocn.clone(), g.o);
-    let acc = cx.bind(CV::new(format!("ct[{ii} * {nr} + {jj}]"), Class::F));
-    let coords = [
-        Ix::var(bv).div(g.groups as i64, &cx.vars),
-        Ix::var(ocv),
-        Ix::var(pv).div(g.ow as i64, &cx.vars),
-        Ix::var(pv).rem(g.ow as i64, &cx.vars),
-    ];
-    cx.epilogue(a, r, acc, &coords);
-    cx.close();
-    cx.simd_at(at);
-    cx.close_n(6);
+    let gcol = format!("{grp} * {og}L + {pn} * {nr}L");
+    let groups = g.groups as i64;
+    tile_epilogue(
+        cx,
+        (a, r),
+        ("ct", nr),
+        (&p0, &il, np_),
+        (&gcol, &jl, g.o),
+        |cx, pv, ocv| {
+            vec![
+                Ix::var(bv).div(groups, &cx.vars),
+                Ix::var(ocv),
+                Ix::var(pv).div(g.ow as i64, &cx.vars),
+                Ix::var(pv).rem(g.ow as i64, &cx.vars),
+            ]
+        },
+    );
+    cx.close_n(5);
     true
 }
 

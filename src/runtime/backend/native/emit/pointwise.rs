@@ -29,7 +29,6 @@
 //! product fused into the running sum (`docs/native.md`, "Numerics").
 
 use super::prelude::{Feature, Isa};
-use super::scalar::CV;
 use super::Cx;
 use crate::runtime::backend::native::graph::{Class, ConvGeom, NodeId};
 use crate::runtime::backend::native::index::Ix;
@@ -233,27 +232,22 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
     cx.line(format!(
         "const long {ol} = {o}L - {o0} < {mr}L ? {o}L - {o0} : {mr}L;"
     ));
-    let (ii, jj) = (cx.fresh("ti"), cx.fresh("tj"));
-    cx.open(format!("for (long {ii} = 0; {ii} < {ol}; {ii}++)"));
-    let ocn = cx.fresh("go");
-    cx.line(format!("const long {ocn} = {o0} + {ii};"));
-    let ocv = cx.vars.fresh(ocn.clone(), o);
-    let at = cx.mark();
-    cx.open(format!("for (long {jj} = 0; {jj} < {pl}; {jj}++)"));
-    let pxn = cx.fresh("gp");
-    cx.line(format!("const long {pxn} = {p0} + {jj};"));
-    let pv = cx.vars.fresh(pxn.clone(), np_);
-    let acc = cx.bind(CV::new(format!("ct[{ii} * {nr} + {jj}]"), Class::F));
-    let coords = [
-        Ix::var(bv),
-        Ix::var(ocv),
-        Ix::var(pv).div(g.ow as i64, &cx.vars),
-        Ix::var(pv).rem(g.ow as i64, &cx.vars),
-    ];
-    cx.epilogue(a, r, acc, &coords);
-    cx.close();
-    cx.simd_at(at);
-    cx.close_n(6);
+    super::gemm::tile_epilogue(
+        cx,
+        (a, r),
+        ("ct", nr),
+        (&o0, &ol, o),
+        (&p0, &pl, np_),
+        |cx, ocv, pv| {
+            vec![
+                Ix::var(bv),
+                Ix::var(ocv),
+                Ix::var(pv).div(g.ow as i64, &cx.vars),
+                Ix::var(pv).rem(g.ow as i64, &cx.vars),
+            ]
+        },
+    );
+    cx.close_n(5);
     true
 }
 

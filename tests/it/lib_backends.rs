@@ -923,6 +923,21 @@ fn dense_shape_classes() {
              multiply(multiply(%1, add(erf(multiply(%1, 0.707107f)), 1f)), 0.5f)",
             vec![b],
         ),
+        // Without a bias (simplification drops a bias of zeros).
+        (
+            "dnnl.dense_gelu_tanh",
+            "Tensor[(6, 16), float32]",
+            "%1 = reshape(nn.dense(%a0, %a1, units=24), newshape=[2, 3, 24]);\n    \
+             multiply(multiply(%1, 0.5f), add(tanh(multiply(add(%1, multiply(power(%1, 3f), 0.044715f)), 0.797885f)), 1f))",
+            vec![],
+        ),
+        (
+            "dnnl.dense_gelu_erf",
+            "Tensor[(6, 16), float32]",
+            "%1 = nn.dense(%a0, %a1, units=24);\n    \
+             multiply(multiply(%1, add(erf(multiply(%1, 0.707107f)), 1f)), 0.5f)",
+            vec![],
+        ),
         (
             "dnnl.dense_bias_sum",
             "Tensor[(6, 16), float32]",
@@ -1198,6 +1213,29 @@ fn normalisation_softmax_gelu_and_pooling() {
             "%1 = subtract(%a0, mean(%a0, axis=[-1], keepdims=True));\n    \
              %2 = sqrt(add(mean(power(%1, 2f), axis=[-1], keepdims=True), 1e-05f));\n    \
              add(multiply(divide(%1, %2), meta[relay.Constant][5] /* ty=Tensor[(32), float32] */), meta[relay.Constant][6] /* ty=Tensor[(32), float32] */)",
+            vec![(x, false)],
+        ),
+        // Without the scale and shift (simplification removes a gamma of ones and a beta of
+        // zeros, or folds them into the next dense layer), or with one of them.
+        (
+            "dnnl.layer_norm_decomposed",
+            "%1 = subtract(%a0, mean(%a0, axis=[-1], keepdims=True));\n    \
+             %2 = sqrt(add(mean(power(%1, 2f), axis=[-1], keepdims=True), 1e-05f));\n    \
+             divide(%1, %2)",
+            vec![(x, false)],
+        ),
+        (
+            "dnnl.layer_norm_decomposed",
+            "%1 = subtract(%a0, mean(%a0, axis=[2], keepdims=True));\n    \
+             %2 = sqrt(add(mean(power(%1, 2f), axis=[2], keepdims=True), 1e-05f));\n    \
+             multiply(divide(%1, %2), meta[relay.Constant][5] /* ty=Tensor[(32), float32] */)",
+            vec![(x, false)],
+        ),
+        (
+            "dnnl.layer_norm_decomposed",
+            "%1 = subtract(%a0, mean(%a0, axis=[-1], keepdims=True));\n    \
+             %2 = sqrt(add(mean(power(%1, 2f), axis=[-1], keepdims=True), 1e-05f));\n    \
+             add(divide(%1, %2), meta[relay.Constant][6] /* ty=Tensor[(32), float32] */)",
             vec![(x, false)],
         ),
         ("dnnl.softmax", "nn.softmax(%a0)", vec![(x, false)]),

@@ -504,43 +504,59 @@ impl Cx<'_> {
     }
 
     /// GPT-2's layer norm: `((x − mean(x)) / sqrt(mean((x − mean(x))²) + ε)) · γ + β` over
-    /// the last axis; returns (x, γ, β, ε).
-    #[allow(clippy::type_complexity)]
-    fn decomposed_ln(&self, e: ExprId) -> Option<(ExprId, ExprId, ExprId, f64)> {
-        for (scaled, beta) in self.pairs(e, Op::Add) {
-            for (norm, gamma) in self.pairs(scaled, Op::Multiply) {
-                let Some(d) = self.args_of(norm, Op::Divide) else {
-                    continue;
-                };
-                let [centred, root] = d[..] else { continue };
-                let Some(s) = self.args_of(centred, Op::Subtract) else {
-                    continue;
-                };
-                let [x, mu] = s[..] else { continue };
-                if !self.last_axis_mean(mu).is_some_and(|y| self.same(x, y)) {
-                    continue;
+    /// the last axis, `· γ` and `+ β` each optional (simplification removes or folds them).
+    fn decomposed_ln(&self, e: ExprId) -> Option<DecomposedLn> {
+        if let Some((x, eps)) = self.ln_core(e) {
+            return Some((x, None, None, eps));
+        }
+        for (norm, gamma) in self.pairs(e, Op::Multiply) {
+            if let Some((x, eps)) = self.ln_core(norm) {
+                return Some((x, Some(gamma), None, eps));
+            }
+        }
+        for (shifted, beta) in self.pairs(e, Op::Add) {
+            if let Some((x, eps)) = self.ln_core(shifted) {
+                return Some((x, None, Some(beta), eps));
+            }
+            for (norm, gamma) in self.pairs(shifted, Op::Multiply) {
+                if let Some((x, eps)) = self.ln_core(norm) {
+                    return Some((x, Some(gamma), Some(beta), eps));
                 }
-                let Some(inner) = self.unary(root, Op::Sqrt) else {
-                    continue;
-                };
-                for (var, eps) in self.pairs(inner, Op::Add) {
-                    let Some(sq) = self.last_axis_mean(var) else {
-                        continue;
-                    };
-                    let Some(p) = self.args_of(sq, Op::Power) else {
-                        continue;
-                    };
-                    if p.len() == 2 && self.same(p[0], centred) && self.scalar_is(p[1], 2.0, 2.0) {
-                        if let Some(eps) = self.scalar(eps).filter(|&v| v > 0.0) {
-                            return Some((x, gamma, beta, eps));
-                        }
-                    }
+            }
+        }
+        None
+    }
+
+    /// The normalising core at `e`, `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)` over
+    /// the last axis: `x` and `eps`.
+    fn ln_core(&self, e: ExprId) -> Option<(ExprId, f64)> {
+        let d = self.args_of(e, Op::Divide)?;
+        let [centred, root] = d[..] else { return None };
+        let s = self.args_of(centred, Op::Subtract)?;
+        let [x, mu] = s[..] else { return None };
+        if !self.last_axis_mean(mu).is_some_and(|y| self.same(x, y)) {
+            return None;
+        }
+        let inner = self.unary(root, Op::Sqrt)?;
+        for (var, eps) in self.pairs(inner, Op::Add) {
+            let Some(sq) = self.last_axis_mean(var) else {
+                continue;
+            };
+            let Some(p) = self.args_of(sq, Op::Power) else {
+                continue;
+            };
+            if p.len() == 2 && self.same(p[0], centred) && self.scalar_is(p[1], 2.0, 2.0) {
+                if let Some(eps) = self.scalar(eps).filter(|&v| v > 0.0) {
+                    return Some((x, eps));
                 }
             }
         }
         None
     }
 }
+
+/// A decomposed layer norm: its data, γ and β if present, and ε.
+type DecomposedLn = (ExprId, Option<ExprId>, Option<ExprId>, f64);
 
 /// Attribute lookup of one call.
 struct OpAttrs<'a> {
@@ -720,8 +736,12 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
     if let Some((x, gamma, beta, eps)) = cx.decomposed_ln(e) {
         return Ok(Some(Anchor::LayerNorm {
             data: cx.must_operand(x, "layer norm's data")?,
-            gamma: Some(cx.must_operand(gamma, "layer norm's scale")?),
-            beta: Some(cx.must_operand(beta, "layer norm's shift")?),
+            gamma: gamma
+                .map(|g| cx.must_operand(g, "layer norm's scale"))
+                .transpose()?,
+            beta: beta
+                .map(|b| cx.must_operand(b, "layer norm's shift"))
+                .transpose()?,
             eps: eps as f32,
             shape: f32_dims(m, x)?,
         }));

@@ -1327,3 +1327,47 @@ mod pointwise {
         }
     }
 }
+
+/// A partition of generated code that only reshapes hands its operand on as its result when
+/// nothing else reads the operand (`Prepared::output_is_view_of`): the run never holds the
+/// operand and a reshaped copy at once, and the result is the interpreter's.
+#[test]
+fn a_reshape_only_partition_relabels_its_operand() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(256, 256), float32]) -> Tensor[(1), float32] {
+  %0 = fn (%p0: Tensor[(256, 256), float32], Primitive=1) -> Tensor[(256, 256), float32] {
+    add(%p0, 1f)
+  };
+  %1 = %0(%x);
+  %2 = fn (%p1: Tensor[(256, 256), float32], Primitive=1) -> Tensor[(65536), float32] {
+    reshape(%p1, newshape=[65536])
+  };
+  %3 = %2(%1);
+  %4 = fn (%p2: Tensor[(65536), float32], Primitive=1) -> Tensor[(1), float32] {
+    sum(%p2, axis=[0], keepdims=True)
+  };
+  %4(%3)
+}"#;
+    let m = load_text_ok("reshape_view", text);
+    let weights = Weights::new(5);
+    let mw = weights.for_module(&m);
+    let n = native(1);
+    let x = executor::compile(&m, &mw, &native_options(&n, 1)).unwrap();
+    assert!(x.warnings.is_empty(), "{:?}", x.warnings);
+    assert_eq!(
+        x.kernels().iter().filter(|k| k.backend == "native").count(),
+        3
+    );
+    let input = Arc::new(mw.random_input("x", &x.inputs[0].shape).unwrap());
+    let out = x.run(std::slice::from_ref(&input)).unwrap();
+    let got = out.value.as_tensor().unwrap().as_slice::<f32>()[0];
+    let want: f32 = input.as_slice::<f32>().iter().map(|a| a + 1.0).sum();
+    assert!((got - want).abs() <= 1e-3 * want.abs(), "{got} vs {want}");
+    // The input and `%1` (and the 4-byte sum), not a copy of `%1` as well.
+    let big = 256 * 256 * 4;
+    assert!(
+        out.peak_bytes < 3 * big,
+        "peak {}: the reshape copied",
+        out.peak_bytes
+    );
+}

@@ -626,6 +626,59 @@ def @main(%x: Tensor[(64, 64), float32]) {
         }
     }
 
+    /// A reshape whose operand nothing else reads relabels that tensor instead of copying it:
+    /// the run never holds the operand and the reshaped copy at once. Where the operand is read
+    /// again later, the reshape copies, and both results are still right.
+    #[test]
+    fn a_reshape_of_a_last_read_tensor_is_a_view() {
+        let run = |text: &str| {
+            let m = crate::frontend::relay::load_text(text);
+            let w = Weights::new(3);
+            let mw = w.for_module(&m);
+            let x = compile(&m, &mw, &Options::default()).unwrap();
+            let input = Arc::new(mw.random_input("x", &x.inputs[0].shape).unwrap());
+            let out = x.run(std::slice::from_ref(&input)).unwrap();
+            let v = out.value.as_tensor().unwrap().as_slice::<f32>().to_vec();
+            let xs = input.as_slice::<f32>().to_vec();
+            (v, xs, out.peak_bytes)
+        };
+        let big = 256 * 256 * 4;
+        let (v, xs, peak) = run(r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(256, 256), float32]) {
+  %0 = add(%x, 1f);
+  %1 = reshape(%0, newshape=[65536]);
+  sum(%1, axis=[0], keepdims=True)
+}"#);
+        let want: f32 = xs.iter().map(|a| a + 1.0).sum();
+        assert!(
+            (v[0] - want).abs() <= 1e-3 * want.abs(),
+            "{} vs {want}",
+            v[0]
+        );
+        // The peak counts the input too: the input and `%0` (and the 4-byte sum), not `%1`.
+        assert!(peak < 3 * big, "peak {peak}: the reshape copied");
+
+        let (v, xs, peak) = run(r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(256, 256), float32]) {
+  %0 = add(%x, 1f);
+  %1 = reshape(%0, newshape=[65536]);
+  %2 = sum(%1, axis=[0], keepdims=True);
+  %3 = sum(%0, axis=[0, 1], keepdims=False);
+  %4 = reshape(%3, newshape=[1]);
+  add(%2, %4)
+}"#);
+        assert!(
+            (v[0] - 2.0 * want).abs() <= 1e-3 * want.abs(),
+            "{} vs {}",
+            v[0],
+            2.0 * want
+        );
+        assert!(
+            xs.len() == 65536 && peak >= 3 * big,
+            "peak {peak}: the operand is read again"
+        );
+    }
+
     /// After a run and the release of its outputs, the memory counter is back at the inputs
     /// and constants: every tensor a step created (nested programs included) was counted once
     /// and freed once.

@@ -357,6 +357,15 @@ pub trait Prepared: Send + Sync {
         false
     }
 
+    /// `Some(i)` when the kernel's one output holds exactly the bytes of input `i` (an index
+    /// into `run`'s `inputs`) under another shape, as a chain of `reshape`, `squeeze` and
+    /// `expand_dims` does. A program may then hand that input's tensor on as the output, without
+    /// running the kernel, when nothing else holds it (see `program`, "Views"). `run` must still
+    /// compute the output when called. The default is `None`.
+    fn output_is_view_of(&self) -> Option<usize> {
+        None
+    }
+
     /// Calls `f` on each buffer the kernel keeps from one call to the next: the call site's
     /// constants, weights it packed, its own working memory. Measurements evict these before a
     /// timed call, as inside a whole model the other kernels have evicted them (see

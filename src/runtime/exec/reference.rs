@@ -13,6 +13,7 @@ use super::kernel::{
     Backend, ConstantSource, Group, Kernel, Prepared, RunCx, RunError, Unit, Unsupported,
 };
 use crate::ir::{Callee, Expr, ExprId, FuncId, Module, Type};
+use crate::ops::Op;
 use crate::runtime::exec::ops::{self, Call, OpImpl};
 use crate::runtime::exec::program::{release, Compiled, Policy, Program, Region};
 use crate::runtime::exec::tensor::{Shape, Tensor};
@@ -121,6 +122,8 @@ struct OpKernel {
     imp: Arc<dyn OpImpl>,
     /// Flat tensors per argument.
     arg_sizes: Vec<usize>,
+    /// Whether the result is the one argument under another shape.
+    view: bool,
 }
 
 fn op_kernel(m: &Module, e: ExprId) -> Result<OpKernel, Unsupported> {
@@ -149,10 +152,16 @@ fn op_kernel(m: &Module, e: ExprId) -> Result<OpKernel, Unsupported> {
         args: flat,
         outs: shapes_of(m, e)?,
     };
+    // A reshape of one tensor relabels it (`Prepared::output_is_view_of`).
+    let view = matches!(def.op, Op::Reshape | Op::ExpandDims | Op::Squeeze)
+        && arg_sizes == [1]
+        && call.outs.len() == 1
+        && call.args[0].dtype == call.outs[0].dtype;
     let imp = ops::instantiate(&call).map_err(|reason| Unsupported::op(reason, Some(m.span(e))))?;
     Ok(OpKernel {
         imp: Arc::from(imp),
         arg_sizes,
+        view,
     })
 }
 
@@ -161,6 +170,7 @@ impl Kernel for OpKernel {
         Ok(Box::new(PreparedOp {
             imp: self.imp.clone(),
             arg_sizes: self.arg_sizes.clone(),
+            view: self.view && consts.first().is_none_or(Option::is_none),
             consts: consts.to_vec(),
         }))
     }
@@ -169,10 +179,16 @@ impl Kernel for OpKernel {
 struct PreparedOp {
     imp: Arc<dyn OpImpl>,
     arg_sizes: Vec<usize>,
+    /// Whether the output is input 0 under another shape (a reshape of a non-constant).
+    view: bool,
     consts: Vec<Option<Arc<Tensor>>>,
 }
 
 impl Prepared for PreparedOp {
+    fn output_is_view_of(&self) -> Option<usize> {
+        self.view.then_some(0)
+    }
+
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
         crate::runtime::exec::kernel::constants_resident(&self.consts, f);
     }

@@ -603,6 +603,7 @@ impl Backend for Native {
             .collect();
         Ok(Arc::new(NativeKernel {
             code,
+            view_of: view_source(&g),
             args: g.args.clone(),
             n_inputs: g.n_inputs,
             arity,
@@ -615,9 +616,27 @@ impl Backend for Native {
     }
 }
 
+/// The kernel argument whose data the graph's one output is under another shape (a chain of
+/// reshapes of an input of the unit, same element type), if that is all the graph does.
+fn view_source(g: &graph::KGraph) -> Option<usize> {
+    let [o] = g.outputs[..] else { return None };
+    let mut n = o;
+    loop {
+        match g.nodes[n].op {
+            graph::NOp::Reshape(a) => n = a,
+            graph::NOp::Arg(i) if i < g.n_inputs && g.nodes[n].dtype == g.nodes[o].dtype => {
+                return Some(i)
+            }
+            _ => return None,
+        }
+    }
+}
+
 /// A compiled unit.
 struct NativeKernel {
     code: Arc<Code>,
+    /// The argument the output is a view of ([`view_source`]).
+    view_of: Option<usize>,
     args: Vec<graph::ArgInfo>,
     n_inputs: usize,
     /// Flattened tensors per unit input.
@@ -703,8 +722,14 @@ impl Kernel for NativeKernel {
             .map(|(p, _)| p.bytes.next_multiple_of(64))
             .sum();
         let scratch = self.scratch + self.per_thread * self.threads + per_call;
+        // A view of a non-constant argument: its index among the inputs `run` is given.
+        let view_of = self
+            .view_of
+            .filter(|&i| fixed[i].is_none())
+            .map(|i| fixed[..i].iter().filter(|t| t.is_none()).count());
         Ok(Box::new(PreparedNative {
             code: self.code.clone(),
+            view_of,
             args: self.args.iter().map(|a| a.shape.clone()).collect(),
             fixed,
             packed: Mutex::new(packed),
@@ -730,6 +755,8 @@ fn check(t: &Tensor, s: &crate::runtime::exec::tensor::Shape) -> Result<(), Stri
 
 struct PreparedNative {
     code: Arc<Code>,
+    /// The input (of `run`) the output is a view of.
+    view_of: Option<usize>,
     args: Vec<crate::runtime::exec::tensor::Shape>,
     fixed: Vec<Option<Arc<Tensor>>>,
     packed: Mutex<Vec<Option<Aligned>>>,
@@ -751,6 +778,10 @@ impl Prepared for PreparedNative {
     /// Every output is materialized by a loop nest over its whole shape.
     fn overwrites_outputs(&self) -> bool {
         true
+    }
+
+    fn output_is_view_of(&self) -> Option<usize> {
+        self.view_of
     }
 
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {

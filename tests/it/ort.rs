@@ -124,8 +124,11 @@ fn run_fixtures(rt: &OnnxRuntime, threads: usize) -> Vec<(String, String, f64)> 
     report
 }
 
-/// One thread, the settings the fixtures were made with: ONNX Runtime's outputs again, exactly
-/// or within 1e-6.
+/// One thread, the settings the fixtures were made with: ONNX Runtime's outputs again, within
+/// 1e-5 (relative to 1 + |expected|). ONNX Runtime picks its kernels by the CPU's vector
+/// extensions: on the AVX-512 machine the fixtures were made on, the outputs come back exact or
+/// within 1e-6; on an AVX2 machine the convolutions sum in another order and MobileNetV2's
+/// outputs move by 1.1e-6.
 #[test]
 fn ort_runs_every_fixture_as_when_it_was_made() {
     let Some(rt) = runtime_or_skip("ort_runs_every_fixture_as_when_it_was_made") else {
@@ -136,8 +139,8 @@ fn ort_runs_every_fixture_as_when_it_was_made() {
     for (fixture, output, diff) in &report {
         eprintln!("{fixture} {output}: {diff:.3e}");
     }
-    let bad: Vec<_> = report.iter().filter(|r| r.2 > 1e-6).collect();
-    assert!(bad.is_empty(), "differ beyond 1e-6: {bad:?}");
+    let bad: Vec<_> = report.iter().filter(|r| r.2 > 1e-5).collect();
+    assert!(bad.is_empty(), "differ beyond 1e-5: {bad:?}");
 }
 
 /// Two intra-op threads split the work differently (sums in another order): still within 1e-4.

@@ -22,6 +22,7 @@ use crate::runtime::backend::registry::Setup;
 use crate::runtime::exec::compare::{self, Purpose};
 use crate::runtime::exec::data::Weights;
 use crate::runtime::exec::executor::Executable;
+use crate::runtime::exec::program::KernelRecord;
 use crate::runtime::exec::tensor::Tensor;
 use crate::runtime::measure::protocol::{self, Settings, Timing};
 use crate::source::SourceMap;
@@ -685,9 +686,8 @@ fn check(
 struct Ready {
     parts: Vec<Partition>,
     x: Executable,
-    /// Which partition each call belongs to: a partition's call carries the span of one of its
-    /// nodes (its last exit).
-    part_of: BTreeMap<(u32, u32, u32), usize>,
+    /// The partition each kernel of `x` (same order as [`Executable::kernels`]) runs, if any.
+    part_of: Vec<Option<usize>>,
     kernels: BTreeMap<String, usize>,
     fallbacks: usize,
     diffs: Vec<(compare::Diff, f64, f64)>,
@@ -700,18 +700,6 @@ fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
     let (g, program) = (bench.g, bench.program);
     let m = crate::planning::partition::finalize::runnable(g, program, &parts)
         .map_err(|e| format!("internal error: the placement cannot be rewritten: {e}"))?;
-    let mut part_of: BTreeMap<(u32, u32, u32), usize> = BTreeMap::new();
-    for (k, p) in parts.iter().enumerate() {
-        if program.targets[p.target].is_host {
-            continue;
-        }
-        for i in p.sub_graph.inside.iter() {
-            if let Some(e) = g.expr(i) {
-                let sp = g.module.span(e);
-                part_of.entry((sp.file.0, sp.start, sp.end)).or_insert(k);
-            }
-        }
-    }
     let x: Executable = bench
         .setup
         .compile(&m, &bench.weights.for_module(&m))
@@ -720,6 +708,7 @@ fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
                 .next()
                 .map_or_else(|| "it cannot be compiled".into(), |d| d.message.clone())
         })?;
+    let part_of = kernel_partitions(g, program, &parts, x.kernels());
     let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
     for k in x.kernels() {
         *kernels.entry(k.backend.clone()).or_default() += 1;
@@ -752,6 +741,68 @@ fn build(bench: &Bench<'_>, parts: Vec<Partition>) -> Result<Ready, String> {
         diffs,
         first_call,
     })
+}
+
+/// The partition each kernel runs (same order as `kernels`), found from the kernel's span. A
+/// partition's call carries the span of its last exit; several partitions may carry the same
+/// one (an imported ONNX node becomes several operators with the node's span, such as the
+/// reshapes around a `MatMul`'s `batch_matmul`), and then the kernels with that span go to
+/// those partitions in the order of their exits, which is the order they run in (each feeds
+/// the next). A kernel whose span is no partition's exit (a partition lowered operator by
+/// operator) goes to the first partition holding a node with its span.
+fn kernel_partitions(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    parts: &[Partition],
+    kernels: &[KernelRecord],
+) -> Vec<Option<usize>> {
+    type Key = (u32, u32, u32);
+    let key = |i: usize| {
+        g.expr(i).map(|e| {
+            let sp = g.module.span(e);
+            (sp.file.0, sp.start, sp.end)
+        })
+    };
+    let mut by_exit: BTreeMap<Key, Vec<(usize, usize)>> = BTreeMap::new();
+    let mut by_inside: BTreeMap<Key, usize> = BTreeMap::new();
+    for (k, p) in parts.iter().enumerate() {
+        if program.targets[p.target].is_host {
+            continue;
+        }
+        let last_exit = p
+            .sub_graph
+            .exit
+            .iter()
+            .filter(|&i| g.expr(i).is_some())
+            .last();
+        if let Some((i, sp)) = last_exit.and_then(|i| Some((i, key(i)?))) {
+            by_exit.entry(sp).or_default().push((i, k));
+        }
+        for i in p.sub_graph.inside.iter() {
+            if let Some(sp) = key(i) {
+                by_inside.entry(sp).or_insert(k);
+            }
+        }
+    }
+    for v in by_exit.values_mut() {
+        v.sort_unstable();
+    }
+    let mut seen: BTreeMap<Key, usize> = BTreeMap::new();
+    kernels
+        .iter()
+        .map(|rec| {
+            let sp = (rec.span.file.0, rec.span.start, rec.span.end);
+            match by_exit.get(&sp) {
+                Some(v) => {
+                    let n = seen.entry(sp).or_default();
+                    let k = v[(*n).min(v.len() - 1)].1;
+                    *n += 1;
+                    Some(k)
+                }
+                None => by_inside.get(&sp).copied(),
+            }
+        })
+        .collect()
 }
 
 /// A placement to time: one of collage's, run on its executable's worker pool, or ONNX
@@ -849,9 +900,8 @@ impl Ready {
     fn status(&self, program: &Program, t: Timed) -> Status {
         let after = self.x.kernel_times();
         let mut per_part: Vec<Option<(u64, f64)>> = vec![None; self.parts.len()];
-        for ((rec, b), a) in self.x.kernels().iter().zip(&t.before).zip(&after) {
-            let sp = rec.span;
-            if let Some(&k) = self.part_of.get(&(sp.file.0, sp.start, sp.end)) {
+        for ((part, b), a) in self.part_of.iter().zip(&t.before).zip(&after) {
+            if let Some(k) = *part {
                 let slot = per_part[k].get_or_insert((0, 0.0));
                 slot.0 = slot.0.max(a.0 - b.0);
                 slot.1 += (a.1 - b.1).as_secs_f64();

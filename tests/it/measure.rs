@@ -473,3 +473,47 @@ fn bench_runs_and_checks_every_placement() {
         "{text}"
     );
 }
+
+/// An imported ONNX `MatMul` of 3-d operands is several operators with the node's span (the
+/// reshapes around a `batch_matmul`); when they land in different partitions, each partition
+/// still gets its own kernel's time in the profile (none is left without one while another
+/// is charged twice).
+#[test]
+fn the_profile_times_every_partition_of_an_onnx_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/fixtures/onnx/gpt2_tiny-opset13/model.onnx");
+    let out = collage([
+        "bench",
+        model.to_str().unwrap(),
+        "--dim",
+        "batch=2",
+        "--dim",
+        "sequence=8",
+        "--target",
+        "tvm_cpu",
+        "--measure-budget",
+        "0.05",
+        "--run-budget",
+        "0.2",
+        "--onnxruntime",
+        "never",
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut rows_seen = 0;
+    for p in v["placements"].as_array().unwrap() {
+        if p["status"] != "ran" {
+            continue;
+        }
+        for r in p["profile"].as_array().unwrap() {
+            rows_seen += 1;
+            assert!(r["in_model_ms"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        }
+    }
+    assert!(rows_seen > 20, "{v}");
+}

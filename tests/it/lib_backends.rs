@@ -1032,6 +1032,96 @@ fn batch_matmul_transposes_and_broadcast() {
     }
 }
 
+/// `dnnl.batch_matmul` whose operands are an attention block's heads (reshape, transpose,
+/// reshape inside the composite): oneDNN reads them through strides, for one sequence (a 3-D
+/// view), for two (the batch axis stays split in two), beside a plain operand, transposed, and
+/// broadcast. A chain that is no strided view falls back to the other backends, with the same
+/// results.
+#[test]
+fn batch_matmul_reads_attention_heads_through_strides() {
+    let heads = |x: &str, b: usize, perm: &str, out: &str| {
+        format!("reshape(transpose(reshape({x}, newshape=[{b}, 8, 3, 8]), axes={perm}), newshape={out})")
+    };
+    let cases = [
+        // Queries times keys, one sequence ([1, 8, 24] = 8 positions of 3 heads of 8).
+        (
+            format!(
+                "nn.batch_matmul({}, {}, transpose_b=False)",
+                heads("%a0", 1, "[0, 2, 1, 3]", "[3, 8, 8]"),
+                heads("%a1", 1, "[0, 2, 3, 1]", "[3, 8, 8]")
+            ),
+            "Tensor[(1, 8, 24), float32]",
+            "Tensor[(1, 8, 24), float32]",
+        ),
+        // Two sequences: the heads of both in one batch of 6.
+        (
+            format!(
+                "nn.batch_matmul({}, {}, transpose_b=False)",
+                heads("%a0", 2, "[0, 2, 1, 3]", "[6, 8, 8]"),
+                heads("%a1", 2, "[0, 2, 3, 1]", "[6, 8, 8]")
+            ),
+            "Tensor[(2, 8, 24), float32]",
+            "Tensor[(2, 8, 24), float32]",
+        ),
+        // Attention weights (plain) times values (heads), and the keys transposed by the flag.
+        (
+            format!(
+                "nn.batch_matmul(%a0, {}, transpose_b=False)",
+                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
+            ),
+            "Tensor[(6, 8, 8), float32]",
+            "Tensor[(2, 8, 24), float32]",
+        ),
+        (
+            format!(
+                "nn.batch_matmul({}, {}, transpose_b=True)",
+                heads("%a0", 2, "[0, 2, 1, 3]", "[6, 8, 8]"),
+                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
+            ),
+            "Tensor[(2, 8, 24), float32]",
+            "Tensor[(2, 8, 24), float32]",
+        ),
+        // One matrix broadcast over the heads of two sequences.
+        (
+            format!(
+                "nn.batch_matmul(%a0, {}, transpose_b=False)",
+                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
+            ),
+            "Tensor[(1, 5, 8), float32]",
+            "Tensor[(2, 8, 24), float32]",
+        ),
+    ];
+    for (body, a, b) in &cases {
+        let params = [(*a, false), (*b, false)];
+        agree(
+            &format!("dnnl {body}"),
+            &partition("dnnl", "dnnl.batch_matmul", &params, body),
+            dnnl(2),
+            2,
+        );
+    }
+    // The last two axes of the transposed heads merged: not a strided view.
+    let body = format!(
+        "nn.batch_matmul({}, %a1, transpose_b=False)",
+        heads("%a0", 1, "[0, 2, 1, 3]", "[1, 3, 64]")
+    );
+    let params = [
+        ("Tensor[(1, 8, 24), float32]", false),
+        ("Tensor[(1, 64, 4), float32]", false),
+    ];
+    let m = load_text_ok(
+        "fallback",
+        &partition("dnnl", "dnnl.batch_matmul", &params, &body),
+    );
+    let (got, _, warnings) = run_module(&m, vec![dnnl(2)], 2, None);
+    assert!(
+        warnings.iter().any(|w| w.contains("not a strided view")),
+        "{warnings:?}"
+    );
+    let (want, _, _) = run_module(&m, Vec::new(), 2, None);
+    check_close("fallback", &got[0], &want[0]);
+}
+
 /// OpenBLAS's dense layers (many rows, one row through sgemv, 3-D data), biases (`[N]`,
 /// `[1, N]`, given first) and `nn.matmul` with every transpose.
 #[test]

@@ -22,6 +22,9 @@ use std::sync::Arc;
 /// Why a composite cannot be mapped: lowercase, no trailing period.
 pub type Reason = String;
 
+/// A tensor read out of a dense buffer: its dims and its strides (in elements).
+pub type View = (Vec<i64>, Vec<i64>);
+
 /// An input of the anchor or of a post-op: a parameter of the composite, or a constant
 /// written inside it.
 #[derive(Clone, Debug)]
@@ -90,6 +93,13 @@ pub enum Anchor {
         a_shape: Vec<usize>,
         /// B's shape as stored.
         b_shape: Vec<usize>,
+        /// Where reshapes and transposes inside the composite lead from the operand to A: A
+        /// read out of the operand's dense buffer as (dims, strides in elements). The dims are
+        /// A's shape, or A's batch axis split in several (a reshape that merged them is not a
+        /// strided view). `None`: A is the operand, dense.
+        a_view: Option<View>,
+        /// B, likewise.
+        b_view: Option<View>,
         /// The result's shape `[Bt, M, N]`.
         out_shape: Vec<usize>,
     },
@@ -558,6 +568,142 @@ impl Cx<'_> {
 /// A decomposed layer norm: its data, γ and β if present, and ε.
 type DecomposedLn = (ExprId, Option<ExprId>, Option<ExprId>, f64);
 
+/// A matmul operand reached from a composite operand through reshapes and transposes (an
+/// attention block's split into heads): the operand, and the dims and strides that read the
+/// matmul's operand out of the operand's dense buffer, or `None` when there is no such chain.
+/// The last reshape may merge the leading axes into the batch axis where their strides do not
+/// allow it (heads of several sequences): then the dims keep those axes apart. Any other chain
+/// whose result is not a strided view of the buffer cannot be a memory descriptor and is
+/// unsupported.
+fn strided_operand(cx: &Cx<'_>, e: ExprId, what: &str) -> Result<(Operand, Option<View>), Reason> {
+    let m = cx.m;
+    let mut chain = Vec::new();
+    let mut root = cx.resolve(e);
+    while let Some((op, args, at)) = cx.call(root) {
+        let step = match op {
+            Op::Reshape | Op::ExpandDims | Op::Squeeze => None,
+            Op::Transpose => Some(at.get("axes").as_ints().unwrap_or_default()),
+            _ => break,
+        };
+        if chain.len() >= 16 {
+            return Err(format!(
+                "the {what} is reached through more than 16 reshapes"
+            ));
+        }
+        chain.push((step, f32_dims(m, root)?));
+        root = args[0];
+    }
+    let operand = cx.must_operand(root, what)?;
+    if chain.is_empty() {
+        return Ok((operand, None));
+    }
+    let dims = f32_dims(m, root)?;
+    let mut d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
+    let mut st = dense_strides(&d);
+    let steps = chain.len();
+    for (k, (step, out)) in chain.into_iter().rev().enumerate() {
+        let out: Vec<i64> = out.iter().map(|&x| x as i64).collect();
+        match step {
+            None => match view_strides(&d, &st, &out) {
+                Some(s) => st = s,
+                None if k + 1 == steps && merges_batch(&d, &out) => {
+                    return Ok((operand, Some((d, st))))
+                }
+                None => {
+                    return Err(format!(
+                        "the {what}'s reshape to {out:?} is not a strided view of its operand"
+                    ))
+                }
+            },
+            Some(axes) => {
+                let r = d.len();
+                let perm: Vec<usize> = if axes.is_empty() {
+                    (0..r).rev().collect()
+                } else {
+                    axes.iter()
+                        .map(|&a| usize::try_from(if a < 0 { a + r as i64 } else { a }).ok())
+                        .collect::<Option<_>>()
+                        .filter(|p: &Vec<usize>| p.len() == r && p.iter().all(|&a| a < r))
+                        .ok_or_else(|| format!("a transpose of the {what} with axes {axes:?}"))?
+                };
+                st = perm.iter().map(|&p| st[p]).collect();
+                if perm.iter().map(|&p| d[p]).collect::<Vec<_>>() != out {
+                    return Err(format!("a transpose of the {what} to {out:?}"));
+                }
+            }
+        }
+        d = out;
+    }
+    Ok((operand, Some((d, st))))
+}
+
+/// Whether reshaping `dims` to the 3-D `out` only merges the axes before the last two into
+/// one batch axis.
+fn merges_batch(dims: &[i64], out: &[i64]) -> bool {
+    let r = dims.len();
+    out.len() == 3
+        && r >= 3
+        && dims[r - 2..] == out[1..]
+        && dims[..r - 2].iter().product::<i64>() == out[0]
+}
+
+/// Row-major strides of dense `dims`.
+pub(crate) fn dense_strides(dims: &[i64]) -> Vec<i64> {
+    let mut st = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        st[i] = st[i + 1] * dims[i + 1];
+    }
+    st
+}
+
+/// The strides of `new` read from a tensor of `dims` and `strides` with the same elements in
+/// the same (row-major) order, if there are such strides: each run of axes that are contiguous
+/// with one another must be split into new axes whole.
+pub(crate) fn view_strides(dims: &[i64], strides: &[i64], new: &[i64]) -> Option<Vec<i64>> {
+    if dims.iter().product::<i64>() != new.iter().product::<i64>() || dims.contains(&0) {
+        return None;
+    }
+    // The runs of axes that are contiguous with one another, innermost first: (size, stride of
+    // the run's innermost axis). Axes of size 1 belong to any run.
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for (&n, &s) in dims.iter().zip(strides).rev() {
+        if n == 1 {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((size, base)) if *base * *size == s => *size *= n,
+            _ => runs.push((n, s)),
+        }
+    }
+    let mut out = vec![0i64; new.len()];
+    let mut axis = new.len();
+    for &(size, base) in &runs {
+        let mut have = 1i64;
+        while have < size {
+            axis = axis.checked_sub(1)?;
+            out[axis] = base * have;
+            have = have.checked_mul(new[axis])?;
+        }
+        if have != size {
+            return None;
+        }
+    }
+    // What is left are axes of size 1 (any stride will do).
+    for a in (0..axis).rev() {
+        if new[a] != 1 {
+            return None;
+        }
+        out[a] = out.get(a + 1).map_or(1, |&s| s * new[a + 1]);
+    }
+    // Axes of size 1 between the runs: a stride consistent with the next inner axis.
+    for a in 0..new.len() {
+        if new[a] == 1 && out[a] == 0 {
+            out[a] = out.get(a + 1).map_or(1, |&s| s * new[a + 1].max(1));
+        }
+    }
+    Some(out)
+}
+
 /// Attribute lookup of one call.
 struct OpAttrs<'a> {
     def: &'static crate::ops::OpDef,
@@ -797,13 +943,17 @@ fn anchor(cx: &Cx<'_>, e: ExprId) -> Result<Option<Anchor>, Reason> {
             if a_shape.len() != 3 || b_shape.len() != 3 {
                 return Err("`nn.batch_matmul` of tensors other than 3-D".into());
             }
+            let (a, a_view) = strided_operand(cx, args[0], "batch_matmul's first operand")?;
+            let (b, b_view) = strided_operand(cx, args[1], "batch_matmul's second operand")?;
             Anchor::BatchMatmul {
-                a: cx.must_operand(args[0], "batch_matmul's first operand")?,
-                b: cx.must_operand(args[1], "batch_matmul's second operand")?,
+                a,
+                b,
                 ta: at.bool("transpose_a", false),
                 tb: at.bool("transpose_b", false),
                 a_shape,
                 b_shape,
+                a_view,
+                b_view,
                 out_shape: f32_dims(m, e)?,
             }
         }
@@ -1185,4 +1335,44 @@ fn posts(
         }
     }
     Ok(posts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{dense_strides, view_strides};
+
+    #[test]
+    fn a_reshape_of_dense_data_keeps_it_dense() {
+        let d = [2, 3, 4];
+        assert_eq!(
+            view_strides(&d, &dense_strides(&d), &[6, 4]),
+            Some(vec![4, 1])
+        );
+        assert_eq!(
+            view_strides(&d, &dense_strides(&d), &[2, 12]),
+            Some(vec![12, 1])
+        );
+        assert_eq!(
+            view_strides(&d, &dense_strides(&d), &[1, 2, 1, 12]),
+            Some(vec![24, 12, 12, 1])
+        );
+        assert_eq!(view_strides(&d, &dense_strides(&d), &[5, 5]), None);
+    }
+
+    #[test]
+    fn transposed_heads_split_but_do_not_merge() {
+        // [1, 8, 3, 4] transposed to [1, 3, 8, 4]: strides [96, 4, 12, 1].
+        let (d, st) = ([1, 3, 8, 4], [96, 4, 12, 1]);
+        // Dropping the leading 1 is a view; so is splitting an axis.
+        assert_eq!(view_strides(&d, &st, &[3, 8, 4]), Some(vec![4, 12, 1]));
+        assert_eq!(
+            view_strides(&d, &st, &[3, 2, 4, 4]),
+            Some(vec![4, 48, 12, 1])
+        );
+        // Merging positions with the head dimension is not.
+        assert_eq!(view_strides(&d, &st, &[3, 32]), None);
+        // Two sequences: [2, 3, 8, 4] with strides [96, 4, 12, 1]; their heads cannot merge.
+        let (d, st) = ([2, 3, 8, 4], [96, 4, 12, 1]);
+        assert_eq!(view_strides(&d, &st, &[6, 8, 4]), None);
+    }
 }

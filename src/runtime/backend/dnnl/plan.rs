@@ -19,7 +19,7 @@
 //! * Intermediate buffers are shared between values whose lifetimes do not overlap; one
 //!   scratchpad (user mode) serves every primitive.
 
-use super::composite::{self, Anchor, Composite, Conv, Operand, Post};
+use super::composite::{self, Anchor, Composite, Conv, Operand, Post, View};
 use crate::ir::{DType, Module};
 use crate::runtime::backend::byoc::{Graph, Node};
 use crate::runtime::exec::kernel::ConstantSource;
@@ -697,24 +697,57 @@ impl Builder<'_> {
         self.emit(&pd, what, a, dst_md, dst_dims, sum, binaries)
     }
 
-    /// A 3-D operand of a batched matmul as the primitive sees it: `[Bt, rows, cols]`, the
-    /// stored tensor read through its strides when transposed.
+    /// An operand of a batched matmul as the primitive sees it: `[batch..., rows, cols]`, the
+    /// stored tensor read through its strides when transposed or reached through a chain of
+    /// reshapes and transposes (`view`: its dims and strides in the operand's buffer). `batch`
+    /// splits the batch axis of a 3-D operand in several, as the other operand's view has it.
     fn mm_operand(
         &mut self,
         v: ValueId,
         stored: &[usize],
+        view: Option<&View>,
+        batch: Option<&[i64]>,
         transposed: bool,
     ) -> Result<ValueId, Reason> {
-        let s = dims_i64(stored);
-        if !transposed {
-            return self.plain_of(v);
+        let (mut dims, mut strides) = match view {
+            Some((d, s)) => (d.clone(), Some(s.clone())),
+            None => (dims_i64(stored), None),
+        };
+        // The batch axes the primitive sees: `batch`, or one; an operand with a batch of one
+        // broadcasts over all of them.
+        let r = dims.len();
+        let have: i64 = dims[..r - 2].iter().product();
+        let want: Vec<i64> = match batch {
+            Some(bd) if have == 1 => vec![1; bd.len()],
+            Some(bd) => bd.to_vec(),
+            None => vec![have],
+        };
+        if dims[..r - 2] != want[..] {
+            let split: Vec<i64> = want.iter().chain(&dims[r - 2..]).copied().collect();
+            let st = strides.unwrap_or_else(|| composite::dense_strides(&dims));
+            strides = Some(
+                composite::view_strides(&dims, &st, &split)
+                    .ok_or("the operands' batch axes do not correspond")?,
+            );
+            dims = split;
         }
-        let md = self.plain_md(&s)?;
-        let md = self
-            .d
-            .md_permute(&md, &[0, 2, 1])
-            .map_err(|e| e.to_string())?;
-        self.view(v, md, vec![s[0], s[2], s[1]])
+        let md = match &strides {
+            Some(st) => self
+                .d
+                .md_strides(&dims, DataType::F32, st)
+                .map_err(|e| e.to_string())?,
+            None if !transposed => return self.plain_of(v),
+            None => self.plain_md(&dims)?,
+        };
+        if !transposed {
+            return self.view(v, md, dims);
+        }
+        let r = dims.len();
+        let mut perm: Vec<i32> = (0..r as i32).collect();
+        perm.swap(r - 2, r - 1);
+        let md = self.d.md_permute(&md, &perm).map_err(|e| e.to_string())?;
+        dims.swap(r - 2, r - 1);
+        self.view(v, md, dims)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -724,15 +757,33 @@ impl Builder<'_> {
         b: &Operand,
         ta: bool,
         tb: bool,
-        a_shape: &[usize],
-        b_shape: &[usize],
+        (a_shape, a_view): (&[usize], Option<&View>),
+        (b_shape, b_view): (&[usize], Option<&View>),
         out_shape: &[usize],
         posts: &[Post],
         args: &[ValueId],
     ) -> Result<ValueId, Reason> {
         let d = self.d;
-        let dst_dims = dims_i64(out_shape);
-        let n = dst_dims[2];
+        // Operands whose batch axis stays split in several (heads of several sequences): the
+        // matmul runs with those batch axes, on a destination of the same bytes.
+        let split = |v: Option<&View>| {
+            v.map(|(dims, _)| dims[..dims.len() - 2].to_vec())
+                .filter(|bd| bd.len() > 1 && bd.iter().product::<i64>() > 1)
+        };
+        let batch = match (split(a_view), split(b_view)) {
+            (Some(x), Some(y)) if x != y => {
+                return Err("the two operands split the batch axis differently".into())
+            }
+            (x, y) => x.or(y),
+        };
+        let mut dst_dims = dims_i64(out_shape);
+        if let Some(bd) = &batch {
+            if !posts.is_empty() {
+                return Err("a post-op after a matmul whose batch axis stays split".into());
+            }
+            dst_dims = bd.iter().chain(&dst_dims[1..]).copied().collect();
+        }
+        let n = dst_dims[dst_dims.len() - 1];
         let mut posts = posts.to_vec();
         let bias = match posts.first() {
             Some(Post::Bias(bo)) => {
@@ -745,10 +796,10 @@ impl Builder<'_> {
         let (po, sum, binaries) = self.post_ops(&posts, args, out_shape, &dst_dims)?;
         let attr = self.attr(&po)?;
         let av = self.operand(a, args)?;
-        let av = self.mm_operand(av, a_shape, ta)?;
+        let av = self.mm_operand(av, a_shape, a_view, batch.as_deref(), ta)?;
         let bv = self.operand(b, args)?;
         // B is stored [Bt, K, N], or [Bt, N, K] when transposed: seen as {Bt, K, N}.
-        let bv = self.mm_operand(bv, b_shape, tb)?;
+        let bv = self.mm_operand(bv, b_shape, b_view, batch.as_deref(), tb)?;
         let dst_md = self.plain_md(&dst_dims)?;
         let bias_md = self.plain_md(&[1, 1, n])?;
         let a_md = self.values[av].md;
@@ -763,7 +814,13 @@ impl Builder<'_> {
             let bb = self.view(bb, bias_md, vec![1, 1, n])?;
             args_v.push((sys::ARG_BIAS, bb));
         }
-        self.emit(&pd, "matmul", args_v, dst_md, dst_dims, sum, binaries)
+        let out = self.emit(&pd, "matmul", args_v, dst_md, dst_dims, sum, binaries)?;
+        if batch.is_none() {
+            return Ok(out);
+        }
+        let dims = dims_i64(out_shape);
+        let md = self.plain_md(&dims)?;
+        self.view(out, md, dims)
     }
 
     /// A primitive that takes its source in the layout it arrives in: `make(src_md)` builds
@@ -815,8 +872,20 @@ impl Builder<'_> {
                 tb,
                 a_shape,
                 b_shape,
+                a_view,
+                b_view,
                 out_shape,
-            } => self.batch_matmul(a, b, *ta, *tb, a_shape, b_shape, out_shape, posts, args)?,
+            } => self.batch_matmul(
+                a,
+                b,
+                *ta,
+                *tb,
+                (a_shape, a_view.as_ref()),
+                (b_shape, b_view.as_ref()),
+                out_shape,
+                posts,
+                args,
+            )?,
             Anchor::BatchNorm {
                 data,
                 gamma,

@@ -1122,6 +1122,48 @@ fn batch_matmul_reads_attention_heads_through_strides() {
     check_close("fallback", &got[0], &want[0]);
 }
 
+/// A residual added to a dense layer's result, with and without a bias, reshaped first (as
+/// GPT-2 writes it) or not: oneDNN's `sum` post-op on the same bytes.
+#[test]
+fn dense_with_a_residual_sum() {
+    let x = "Tensor[(6, 8), float32]";
+    let w = "Tensor[(16, 8), float32]";
+    let b = "Tensor[(16), float32]";
+    for (composite, body, params) in [
+        (
+            "dnnl.dense_bias_residual",
+            "add(reshape(add(nn.dense(%a0, %a1), %a2), newshape=[1, 6, 16]), %a3)",
+            vec![
+                (x, false),
+                (w, true),
+                (b, true),
+                ("Tensor[(1, 6, 16), float32]", false),
+            ],
+        ),
+        (
+            "dnnl.dense_residual",
+            "add(reshape(nn.dense(%a0, %a1), newshape=[2, 3, 16]), %a2)",
+            vec![
+                (x, false),
+                (w, true),
+                ("Tensor[(2, 3, 16), float32]", false),
+            ],
+        ),
+        (
+            "dnnl.dense_residual",
+            "add(nn.dense(%a0, %a1), %a2)",
+            vec![(x, false), (w, true), ("Tensor[(6, 16), float32]", false)],
+        ),
+    ] {
+        agree(
+            &format!("{composite} {body}"),
+            &partition("dnnl", composite, &params, body),
+            dnnl(2),
+            2,
+        );
+    }
+}
+
 /// OpenBLAS's dense layers (many rows, one row through sgemv, 3-D data), biases (`[N]`,
 /// `[1, N]`, given first) and `nn.matmul` with every transpose.
 #[test]

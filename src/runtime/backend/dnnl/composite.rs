@@ -1276,6 +1276,11 @@ fn posts(
         match raw {
             Raw::Reshape => reshaped = true,
             Raw::Elt(alg, alpha, beta) => posts.push(Post::Eltwise(alg, alpha, beta)),
+            // A residual added to the reshaped result: the same bytes in the primitive's
+            // destination, so still a `sum`.
+            Raw::Bin(alg, o, shape) if reshaped && alg == Alg::BINARY_ADD && shape == in_shape => {
+                posts.push(Post::Sum(o))
+            }
             _ if reshaped => {
                 return Err("a tensor operand after a reshape inside the composite".into())
             }

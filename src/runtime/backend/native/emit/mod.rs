@@ -42,8 +42,10 @@ use std::collections::{BTreeSet, HashMap};
 /// hashed, so the name is a function of the code).
 pub const SYM: &str = "KSYM";
 
-/// Nests with fewer element operations than this run on one thread.
-const PAR_MIN: usize = 1 << 15;
+/// Nests with fewer element operations than this run on one thread: starting a parallel region
+/// wakes sleeping threads, which costs as much as a copy of some 100,000 floats on one thread
+/// (docs/native.md, "When a nest runs in parallel").
+const PAR_MIN: usize = 1 << 18;
 
 /// Where a materialized node lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1345,6 +1345,75 @@ fn posts(
 #[cfg(test)]
 mod tests {
     use super::{dense_strides, view_strides};
+    use proptest::prelude::*;
+
+    /// The offset of every element of `dims` (row-major order) read through `strides`.
+    fn offsets(dims: &[i64], strides: &[i64]) -> Vec<i64> {
+        let n: i64 = dims.iter().product();
+        (0..n)
+            .map(|mut k| {
+                let mut off = 0;
+                for (&d, &s) in dims.iter().zip(strides).rev() {
+                    off += (k % d) * s;
+                    k /= d;
+                }
+                off
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// A transposed tensor reshaped: where `view_strides` gives strides, they read the
+        /// elements in the order the reshape of a copy would have them; a reshape that keeps
+        /// each axis whole (only inserts axes of 1) always has strides.
+        #[test]
+        fn strides_of_a_reshaped_transpose_read_its_elements(
+            dims in proptest::collection::vec(1i64..4, 1..5),
+            seed in any::<u64>(),
+            cut in any::<u64>(),
+        ) {
+            let r = dims.len();
+            // A permutation from the seed.
+            let mut perm: Vec<usize> = (0..r).collect();
+            let mut x = seed;
+            for i in (1..r).rev() {
+                perm.swap(i, (x % (i as u64 + 1)) as usize);
+                x /= i as u64 + 1;
+            }
+            let st = dense_strides(&dims);
+            let tdims: Vec<i64> = perm.iter().map(|&p| dims[p]).collect();
+            let tst: Vec<i64> = perm.iter().map(|&p| st[p]).collect();
+            let want = offsets(&tdims, &tst);
+            // A new shape: the transposed dims with one adjacent pair merged, or an axis of 1
+            // inserted.
+            let mut new = tdims.clone();
+            let at = (cut % (r as u64 + 1)) as usize;
+            let merged = r > 1 && cut % 2 == 0 && at + 1 < r;
+            if merged {
+                let m = new[at] * new[at + 1];
+                new.splice(at..at + 2, [m]);
+            } else {
+                new.insert(at, 1);
+            }
+            match view_strides(&tdims, &tst, &new) {
+                Some(ns) => prop_assert_eq!(offsets(&new, &ns), want),
+                None => {
+                    // Only a merge of two axes that are not contiguous with one another.
+                    let mergeable = merged
+                        && (tst[at] == tst[at + 1] * tdims[at + 1]
+                            || tdims[at] == 1
+                            || tdims[at + 1] == 1);
+                    prop_assert!(
+                        merged && !mergeable,
+                        "no strides for {:?} from {:?} {:?}",
+                        new,
+                        tdims,
+                        tst
+                    )
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_reshape_of_dense_data_keeps_it_dense() {

@@ -1042,53 +1042,33 @@ fn batch_matmul_reads_attention_heads_through_strides() {
     let heads = |x: &str, b: usize, perm: &str, out: &str| {
         format!("reshape(transpose(reshape({x}, newshape=[{b}, 8, 3, 8]), axes={perm}), newshape={out})")
     };
+    let bmm =
+        |a: String, b: String, tb: &str| format!("nn.batch_matmul({a}, {b}, transpose_b={tb})");
+    let (seq1, seq2) = ("Tensor[(1, 8, 24), float32]", "Tensor[(2, 8, 24), float32]");
+    let (q1, k1) = (
+        heads("%a0", 1, "[0, 2, 1, 3]", "[3, 8, 8]"),
+        heads("%a1", 1, "[0, 2, 3, 1]", "[3, 8, 8]"),
+    );
+    let q2 = heads("%a0", 2, "[0, 2, 1, 3]", "[6, 8, 8]");
+    let k2 = heads("%a1", 2, "[0, 2, 3, 1]", "[6, 8, 8]");
+    let v2 = heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]");
     let cases = [
         // Queries times keys, one sequence ([1, 8, 24] = 8 positions of 3 heads of 8).
-        (
-            format!(
-                "nn.batch_matmul({}, {}, transpose_b=False)",
-                heads("%a0", 1, "[0, 2, 1, 3]", "[3, 8, 8]"),
-                heads("%a1", 1, "[0, 2, 3, 1]", "[3, 8, 8]")
-            ),
-            "Tensor[(1, 8, 24), float32]",
-            "Tensor[(1, 8, 24), float32]",
-        ),
+        (bmm(q1, k1, "False"), seq1, seq1),
         // Two sequences: the heads of both in one batch of 6.
-        (
-            format!(
-                "nn.batch_matmul({}, {}, transpose_b=False)",
-                heads("%a0", 2, "[0, 2, 1, 3]", "[6, 8, 8]"),
-                heads("%a1", 2, "[0, 2, 3, 1]", "[6, 8, 8]")
-            ),
-            "Tensor[(2, 8, 24), float32]",
-            "Tensor[(2, 8, 24), float32]",
-        ),
+        (bmm(q2.clone(), k2, "False"), seq2, seq2),
         // Attention weights (plain) times values (heads), and the keys transposed by the flag.
         (
-            format!(
-                "nn.batch_matmul(%a0, {}, transpose_b=False)",
-                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
-            ),
+            bmm("%a0".into(), v2.clone(), "False"),
             "Tensor[(6, 8, 8), float32]",
-            "Tensor[(2, 8, 24), float32]",
+            seq2,
         ),
-        (
-            format!(
-                "nn.batch_matmul({}, {}, transpose_b=True)",
-                heads("%a0", 2, "[0, 2, 1, 3]", "[6, 8, 8]"),
-                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
-            ),
-            "Tensor[(2, 8, 24), float32]",
-            "Tensor[(2, 8, 24), float32]",
-        ),
+        (bmm(q2, v2.clone(), "True"), seq2, seq2),
         // One matrix broadcast over the heads of two sequences.
         (
-            format!(
-                "nn.batch_matmul(%a0, {}, transpose_b=False)",
-                heads("%a1", 2, "[0, 2, 1, 3]", "[6, 8, 8]")
-            ),
+            bmm("%a0".into(), v2, "False"),
             "Tensor[(1, 5, 8), float32]",
-            "Tensor[(2, 8, 24), float32]",
+            seq2,
         ),
     ];
     for (body, a, b) in &cases {

@@ -29,6 +29,7 @@ pub use slice::{slice_axis, SliceAxis};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;
+pub use transform::transpose_perm;
 
 /// TVM's operator pattern kinds, ordered as TVM orders them (smaller fuses more readily).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

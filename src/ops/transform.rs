@@ -277,6 +277,32 @@ fn reshape(c: &RelCall<'_>) -> Result<Type, RelError> {
     Ok(tensor_type(oshape, data.dtype))
 }
 
+/// The permutation a `transpose` of a rank-`rank` tensor applies: result axis `i` is operand
+/// axis `perm[i]`. Empty `axes` reverse the axes; negative ones count from the end. `None`
+/// when `axes` is not a permutation of the operand's axes.
+pub fn transpose_perm(axes: &[i64], rank: usize) -> Option<Vec<usize>> {
+    if axes.is_empty() {
+        return Some((0..rank).rev().collect());
+    }
+    if axes.len() != rank {
+        return None;
+    }
+    let r = rank as i64;
+    let mut seen = vec![false; rank];
+    let mut perm = Vec::with_capacity(rank);
+    for &a in axes {
+        if a < -r || a >= r {
+            return None;
+        }
+        let p = if a < 0 { a + r } else { a } as usize;
+        if std::mem::replace(&mut seen[p], true) {
+            return None;
+        }
+        perm.push(p);
+    }
+    Some(perm)
+}
+
 /// `transpose`: `axes` is a permutation; empty or `None` reverses the axes.
 fn transpose(c: &RelCall<'_>) -> Result<Type, RelError> {
     let data = tensor(c, 0)?;
@@ -523,6 +549,16 @@ mod tests {
         assert!(err("reshape", vec![t(&[2], "float32")], &[])
             .message
             .contains("newshape"));
+    }
+
+    #[test]
+    fn transpose_perm_reverses_by_default_and_refuses_non_permutations() {
+        use super::transpose_perm;
+        assert_eq!(transpose_perm(&[], 3), Some(vec![2, 1, 0]));
+        assert_eq!(transpose_perm(&[0, -1, 1], 3), Some(vec![0, 2, 1]));
+        assert_eq!(transpose_perm(&[0, 0, 1], 3), None);
+        assert_eq!(transpose_perm(&[0, 3, 1], 3), None);
+        assert_eq!(transpose_perm(&[1, 0], 3), None);
     }
 
     #[test]

@@ -773,9 +773,9 @@ fn kernel_partitions(
             .sub_graph
             .exit
             .iter()
-            .filter(|&i| g.expr(i).is_some())
+            .filter_map(|i| Some((i, key(i)?)))
             .last();
-        if let Some((i, sp)) = last_exit.and_then(|i| Some((i, key(i)?))) {
+        if let Some((i, sp)) = last_exit {
             by_exit.entry(sp).or_default().push((i, k));
         }
         for i in p.sub_graph.inside.iter() {

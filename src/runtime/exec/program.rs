@@ -408,11 +408,7 @@ fn take_view(
     for &s in inputs {
         let n = match slots[s as usize].as_ref()? {
             Value::Tensor(_) => 1,
-            v @ Value::Tuple(_) => {
-                let mut args = Vec::new();
-                v.flatten_into(&mut args);
-                args.len()
-            }
+            v => v.flatten().len(),
         };
         if (seen..seen + n).contains(&i) {
             if n != 1 {

@@ -616,16 +616,8 @@ fn strided_operand(cx: &Cx<'_>, e: ExprId, what: &str) -> Result<(Operand, Optio
                 }
             },
             Some(axes) => {
-                let r = d.len();
-                let perm: Vec<usize> = if axes.is_empty() {
-                    (0..r).rev().collect()
-                } else {
-                    axes.iter()
-                        .map(|&a| usize::try_from(if a < 0 { a + r as i64 } else { a }).ok())
-                        .collect::<Option<_>>()
-                        .filter(|p: &Vec<usize>| p.len() == r && p.iter().all(|&a| a < r))
-                        .ok_or_else(|| format!("a transpose of the {what} with axes {axes:?}"))?
-                };
+                let perm = crate::ops::transpose_perm(&axes, d.len())
+                    .ok_or_else(|| format!("a transpose of the {what} with axes {axes:?}"))?;
                 st = perm.iter().map(|&p| st[p]).collect();
                 if perm.iter().map(|&p| d[p]).collect::<Vec<_>>() != out {
                     return Err(format!("a transpose of the {what} to {out:?}"));
@@ -694,12 +686,6 @@ pub(crate) fn view_strides(dims: &[i64], strides: &[i64], new: &[i64]) -> Option
             return None;
         }
         out[a] = out.get(a + 1).map_or(1, |&s| s * new[a + 1]);
-    }
-    // Axes of size 1 between the runs: a stride consistent with the next inner axis.
-    for a in 0..new.len() {
-        if new[a] == 1 && out[a] == 0 {
-            out[a] = out.get(a + 1).map_or(1, |&s| s * new[a + 1].max(1));
-        }
     }
     Some(out)
 }

@@ -921,16 +921,11 @@ impl OpCx<'_, '_> {
                 let a = self.arg(args, 0)?;
                 let r = self.node(a).dims.len();
                 let axes = self.attr("axes").as_ints().unwrap_or_default();
-                let perm: Vec<usize> = if axes.is_empty() {
-                    (0..r).rev().collect()
-                } else {
-                    axes.iter()
-                        .map(|&x| self.axis(x, r))
-                        .collect::<Result<_, _>>()?
-                };
-                if perm.len() != r {
-                    return Err(self.err("`transpose` needs one axis per dimension"));
-                }
+                let perm = crate::ops::transpose_perm(&axes, r).ok_or_else(|| {
+                    self.err(format!(
+                        "`transpose` axes {axes:?} are not a permutation of {r} axes"
+                    ))
+                })?;
                 NOp::Transpose(a, perm)
             }
             Op::LayoutTransform => {

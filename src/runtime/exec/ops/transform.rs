@@ -30,16 +30,9 @@ pub(super) fn instantiate(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
         Op::Transpose => {
             let r = d.dims.len();
             let axes = c.opt_ints("axes").unwrap_or_default();
-            let perm: Vec<usize> = if axes.is_empty() {
-                (0..r).rev().collect()
-            } else {
-                axes.iter()
-                    .map(|&a| c.axis(a, r))
-                    .collect::<Result<_, _>>()?
-            };
-            if perm.len() != r {
-                return Err("`transpose` needs one axis per dimension".into());
-            }
+            let perm = crate::ops::transpose_perm(&axes, r).ok_or_else(|| {
+                format!("`transpose` axes {axes:?} are not a permutation of {r} axes")
+            })?;
             let s = strides(&d.dims);
             let st: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
             op(move |args, outs| {

@@ -1,6 +1,6 @@
 //! The CPU backends on the micro-benchmark kernels (docs/backends.md, "The micro-benchmark
-//! kernels"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
-//! tail E1 and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
+//! kernels"): dense layers D1-D9, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
+//! tail E1 (and E3, one sequence after a reshape) and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
 //! generated code), on one thread and on two.
 //!
 //! Each kernel is one partition as the backends receive it (a `Compiler="dnnl"` function with
@@ -131,6 +131,11 @@ fn kernels() -> Vec<KernelSpec> {
         dense("D2 dense 1600x3072-768", 1600, 3072, 768),
         dense("D3 dense 1600x768-768", 1600, 768, 768),
         dense("D4 dense 1x2048-1000", 1, 2048, 1000),
+        dense("D5 dense 128x768-3072", 128, 768, 3072),
+        dense("D6 dense 128x3072-768", 128, 3072, 768),
+        dense("D7 dense 128x768-2304", 128, 768, 2304),
+        dense("D8 dense 128x768-768", 128, 768, 768),
+        dense("D9 dense 128x768-50257", 128, 768, 50257),
         batch_matmul("B1 batch_matmul 600x32x64.(32x64)T", 600, 32, 64, 32),
         batch_matmul("B2 batch_matmul 600x32x32.(64x32)T", 600, 32, 32, 64),
         conv(
@@ -174,6 +179,17 @@ fn kernels() -> Vec<KernelSpec> {
             params: vec![p("x", &[1600, 3072], false)],
             body: gelu_tanh("%x"),
             dnnl: Some("dnnl.gelu_tanh"),
+            openblas: None,
+            reorders: false,
+        },
+        KernelSpec {
+            name: "E3 GELU tail 128x3072 as 1x128x3072",
+            params: vec![p("x", &[128, 3072], false)],
+            body: format!(
+                "%0 = reshape(%x, newshape=[1, 128, 3072]);\n    {}",
+                gelu_tanh("%0")
+            ),
+            dnnl: None,
             openblas: None,
             reorders: false,
         },

@@ -1371,3 +1371,49 @@ def @main(%x: Tensor[(256, 256), float32]) -> Tensor[(1), float32] {
         out.peak_bytes
     );
 }
+
+/// Dense layers through the blocked GEMM (`emit/gemm.rs`): rows split into blocks of equal
+/// tiles (128 rows of 768), a constant weight matrix whose chunks of panels exceed 4 MiB (36
+/// rows of 2048 by 4100 outputs: the blocks grow so that each chunk is read once, the last
+/// panel partial), and a small product with edges on both sides, with a bias, against the
+/// interpreter.
+#[test]
+fn dense_layers_of_every_blocking_match_the_interpreter() {
+    let texts: Vec<String> = [(128, 768, 200), (36, 2048, 4100), (7, 33, 70)]
+        .iter()
+        .map(|&(m, k, n)| {
+            format!(
+                "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[({m}, {k}), float32], \
+                 %w: Tensor[({n}, {k}), float32], %b: Tensor[({n}), float32]) {{\n  \
+                 add(nn.dense(%x, %w, units={n}), %b)\n}}\n"
+            )
+        })
+        .collect();
+    let sources = against_interpreter(&texts).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        sources.contains("_pack0"),
+        "the weights were not packed once"
+    );
+}
+
+/// An elementwise nest whose result has a leading axis of 1 that its operand lacks (GPT-2's
+/// GELU after a reshape) is one loop shared by the pool, not a parallel loop of one iteration
+/// around the whole work.
+#[test]
+fn a_leading_axis_of_one_does_not_serialise_an_elementwise_nest() {
+    let text = "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(128, 3072), float32]) {\n  \
+                %0 = reshape(%x, newshape=[1, 128, 3072]);\n  \
+                multiply(%0, tanh(%0))\n}\n";
+    let sources = against_interpreter(&[text.to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<&str> = sources.lines().collect();
+    let parallel: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("#pragma omp parallel for"))
+        .collect();
+    assert!(!parallel.is_empty(), "no parallel loop:\n{sources}");
+    for i in parallel {
+        assert!(
+            !lines[i + 1].contains(" < 1L;"),
+            "a parallel loop of one iteration:\n{sources}"
+        );
+    }
+}

@@ -21,9 +21,12 @@
 //!
 //! Scheduling: with a batch of at least 4 each GEMM of the batch is one task (packing its own
 //! operands in per-thread scratch); otherwise the result is cut into blocks of `MC` rows (the
-//! packed rows of `A` stay in L2) and chunks of panels, enough tasks to share, and a dynamic `B`
-//! (im2col) is packed in parallel first. Each task walks its panels and, for each, its row
-//! tiles: the panel stays in L1/L2 while the tiles stream past it.
+//! packed rows of `A` stay in L2; the blocks hold equal numbers of tiles) and chunks of panels,
+//! enough tasks to share, chunks outermost so that the pool's static schedule hands each
+//! thread whole chunks, and a dynamic `B` (im2col) is packed in parallel first. Each task walks
+//! its panels and, for each, its row tiles: the panel stays in L1/L2 while the tiles stream
+//! past it. A constant `B` whose chunks would not stay in L3 from one block of rows to the next
+//! (GPT-2's output projection, 154 MB) gets bigger blocks, so that it is read once per call.
 
 use super::scalar::CV;
 use super::{prelude::Feature, Cx};
@@ -702,18 +705,34 @@ fn blocked(
     b_pre: Option<usize>,
     par: bool,
 ) {
-    // Rows per block: the packed block of A stays within about 256 KiB.
-    let rows_l2 = (64 * 1024 / d.k.max(1)).max(d.mr) / d.mr * d.mr;
-    let mc = rows_l2.min(d.mtiles() * d.mr).max(d.mr);
-    let nmb = d.m.div_ceil(mc);
-    let panels = d.panels();
-    let nnc = if par {
-        16usize.div_ceil(nmb).clamp(1, panels)
-    } else {
-        1
+    // Rows per block: the packed block of A stays within about 256 KiB, and the blocks have
+    // equal numbers of tiles (but the last), so that tasks are of a size. A task walks a chunk
+    // of panels once per block of rows; where a chunk of a constant B is beyond 4 MiB, it no
+    // longer stays in L3 from one block to the next, and the blocks grow to 448 KiB (all of
+    // GPT-2's 128 rows of 768: its output projection reads its 154 MB of weights once).
+    let (nmb, mc, nnc, ppc) = {
+        let split = |a_floats: usize| {
+            let tiles_l2 = (a_floats / d.k.max(1) / d.mr).max(1);
+            let nmb = d.mtiles().div_ceil(tiles_l2);
+            let mc = d.mtiles().div_ceil(nmb) * d.mr;
+            let nmb = d.m.div_ceil(mc);
+            let panels = d.panels();
+            let nnc = if par {
+                16usize.div_ceil(nmb).clamp(1, panels)
+            } else {
+                1
+            };
+            let ppc = panels.div_ceil(nnc);
+            (nmb, mc, panels.div_ceil(ppc), ppc)
+        };
+        let small = split(64 * 1024);
+        if b_pre.is_some() && small.0 > 1 && small.3 * d.k * d.nr * 4 > 4 << 20 {
+            split(112 * 1024)
+        } else {
+            small
+        }
     };
-    let ppc = panels.div_ceil(nnc);
-    let nnc = panels.div_ceil(ppc);
+    let panels = d.panels();
     let bn = cx.fresh("bb");
     let bv = cx.vars.fresh(bn.clone(), d.batch);
     let b = Ix::var(bv);
@@ -733,8 +752,10 @@ fn blocked(
     if par {
         cx.omp(2);
     }
-    cx.open(format!("for (long {mb} = 0; {mb} < {nmb}L; {mb}++)"));
+    // Chunks of panels outermost: the pool's static schedule gives each thread whole chunks
+    // (all the row blocks of each), as even a split as the chunks allow.
     cx.open(format!("for (long {nc} = 0; {nc} < {nnc}L; {nc}++)"));
+    cx.open(format!("for (long {mb} = 0; {mb} < {nmb}L; {mb}++)"));
     cx.line(format!(
         "float ct[{}] __attribute__((aligned(64)));",
         d.mr * d.nr

@@ -1177,13 +1177,17 @@ impl<'a> Cx<'a> {
         self.parallel = saved_par;
         let mut groups: Vec<usize> = vec![1];
         for k in 1..r {
-            let ok =
-                accesses
-                    .iter()
-                    .all(|o| match (o.affine_coef(vs[k - 1]), o.affine_coef(vs[k])) {
+            // An axis of extent 1 merges with its neighbour whatever the accesses say: its
+            // coordinate is always 0 (a `[1, N]` nest is one loop of N, not a parallel loop
+            // of one iteration).
+            let ok = dims[k - 1] == 1
+                || dims[k] == 1
+                || accesses.iter().all(|o| {
+                    match (o.affine_coef(vs[k - 1]), o.affine_coef(vs[k])) {
                         (Some(a), Some(b)) => a == b * dims[k] as i64,
                         _ => false,
-                    });
+                    }
+                });
             if ok {
                 let last = groups.len() - 1;
                 groups[last] += 1;

@@ -710,7 +710,7 @@ fn blocked(
     // of panels once per block of rows; where a chunk of a constant B is beyond 4 MiB, it no
     // longer stays in L3 from one block to the next, and the blocks grow to 448 KiB (all of
     // GPT-2's 128 rows of 768: its output projection reads its 154 MB of weights once).
-    let (nmb, mc, nnc, ppc) = {
+    let (nmb, mc, nnc, _) = {
         let split = |a_floats: usize| {
             let tiles_l2 = (a_floats / d.k.max(1) / d.mr).max(1);
             let nmb = d.mtiles().div_ceil(tiles_l2);
@@ -722,8 +722,7 @@ fn blocked(
             } else {
                 1
             };
-            let ppc = panels.div_ceil(nnc);
-            (nmb, mc, panels.div_ceil(ppc), ppc)
+            (nmb, mc, nnc, panels.div_ceil(nnc))
         };
         let small = split(64 * 1024);
         if b_pre.is_some() && small.0 > 1 && small.3 * d.k * d.nr * 4 > 4 << 20 {
@@ -786,9 +785,7 @@ fn blocked(
         }
     };
     let (np, t) = (cx.fresh("np"), cx.fresh("mt"));
-    cx.open(format!(
-        "for (long {np} = {nc} * {ppc}L; {np} < ({nc} + 1) * {ppc}L && {np} < {panels}L; {np}++)"
-    ));
+    cx.open_block(&np, &nc, panels, nnc);
     cx.open(format!("for (long {t} = 0; {t} < {tiles}; {t}++)"));
     let (r0, c0) = (cx.fresh("r0"), cx.fresh("c0"));
     cx.line(format!("const long {r0} = {m0} + {t} * {}L;", d.mr));
@@ -1120,10 +1117,7 @@ fn conv_implicit(
         let ncb = panels.min(T);
         (T.div_ceil(ncb).min(tiles), ncb)
     };
-    let tpb = tiles.div_ceil(npb);
-    let npb = tiles.div_ceil(tpb);
-    let ppc = panels.div_ceil(ncb);
-    let ncb = panels.div_ceil(ppc);
+    let (npb, ncb) = (npb.clamp(1, tiles), ncb.clamp(1, panels));
     let (bn, pb, cb) = (cx.fresh("bb"), cx.fresh("pb"), cx.fresh("cb"));
     let bv = cx.vars.fresh(bn.clone(), batch);
     if par {
@@ -1145,12 +1139,8 @@ fn conv_implicit(
         g.groups, g.c
     ));
     let (pn, t) = (cx.fresh("pn"), cx.fresh("t"));
-    cx.open(format!(
-        "for (long {pn} = {cb} * {ppc}L; {pn} < ({cb} + 1) * {ppc}L && {pn} < {panels}L; {pn}++)"
-    ));
-    cx.open(format!(
-        "for (long {t} = {pb} * {tpb}L; {t} < ({pb} + 1) * {tpb}L && {t} < {tiles}L; {t}++)"
-    ));
+    cx.open_block(&pn, &cb, panels, ncb);
+    cx.open_block(&t, &pb, tiles, npb);
     let p0 = cx.fresh("p0");
     cx.line(format!("const long {p0} = {t} * {mr}L;"));
     cx.open(format!("for (long i = 0; i < {mr}L; i++)"));

@@ -149,7 +149,7 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
     };
     // From 2 · TASKS panels on, TASKS blocks of panels whose sizes differ by one at most (49
     // panels of a 28 × 28 plane: 24 and 25 per thread, where blocks of 4 gave 28 and 21;
-    // measured 10-15 % faster); below, blocks of whole `ceil(panels / npb)` panels, the last
+    // measured 4-7 % faster); below, blocks of whole `ceil(panels / npb)` panels, the last
     // one short (13 panels of a 14 × 14 plane as 7 blocks of 2 and one: measured 15-20 %
     // faster than the even cut with 384 and 576 outputs).
     let even = panels >= 2 * TASKS;

@@ -725,7 +725,11 @@ fn numerics_inputs(dir: &Path) -> Vec<String> {
     let mut t: Vec<f32> = (0..4099)
         .map(|i| -100.0 + 200.0 * i as f32 / 4098.0)
         .collect();
-    t[..6].copy_from_slice(&[0.0, -0.0, 1e-40, -1e-40, 88.8, -104.0]);
+    // Zeros, subnormals, overflow, and arguments whose exponential is +0 or subnormal (softmax
+    // over masked attention scores subtracts the row's maximum from -3.4e38).
+    t[..11].copy_from_slice(&[
+        0.0, -0.0, 1e-40, -1e-40, 88.8, -104.0, -103.9, -110.0, -1e4, -3.4e38, -1e30,
+    ]);
     let a: Vec<f32> = pairs.iter().map(|p| p.0).collect();
     let b: Vec<f32> = pairs.iter().map(|p| p.1).collect();
     let mut args = Vec::new();

@@ -1,7 +1,9 @@
 //! The CPU backends on the micro-benchmark kernels (docs/backends.md, "The micro-benchmark
-//! kernels"): dense layers D1-D9, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
-//! tail E1 (and E3, one sequence after a reshape) and layer norm E2, each through every backend that runs it (oneDNN, OpenBLAS,
-//! generated code), on one thread and on two.
+//! kernels"): dense layers D1-D4, batched matmuls B1-B2, convolutions C1-C4, GPT-2's GELU
+//! tail E1 and layer norm E2; and GPT-2's dense layers for one sequence of 128, D5-D9, and its
+//! GELU tail after a reshape, E3 (docs/performance.md, "Native GEMM scheduling and GPT-2's
+//! shapes"); each through every backend that runs it (oneDNN, OpenBLAS, generated code), on
+//! one thread and on two.
 //!
 //! Each kernel is one partition as the backends receive it (a `Compiler="dnnl"` function with
 //! one composite, a `Compiler="openblas"` one, or a `Primitive=1` function for the native

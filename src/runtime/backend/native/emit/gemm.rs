@@ -710,28 +710,27 @@ fn blocked(
     // of panels once per block of rows; where a chunk of a constant B is beyond 4 MiB, it no
     // longer stays in L3 from one block to the next, and the blocks grow to 448 KiB (all of
     // GPT-2's 128 rows of 768: its output projection reads its 154 MB of weights once).
-    let (nmb, mc, nnc, _) = {
-        let split = |a_floats: usize| {
-            let tiles_l2 = (a_floats / d.k.max(1) / d.mr).max(1);
-            let nmb = d.mtiles().div_ceil(tiles_l2);
-            let mc = d.mtiles().div_ceil(nmb) * d.mr;
-            let nmb = d.m.div_ceil(mc);
-            let panels = d.panels();
-            let nnc = if par {
-                16usize.div_ceil(nmb).clamp(1, panels)
-            } else {
-                1
-            };
-            (nmb, mc, nnc, panels.div_ceil(nnc))
-        };
-        let small = split(64 * 1024);
-        if b_pre.is_some() && small.0 > 1 && small.3 * d.k * d.nr * 4 > 4 << 20 {
-            split(112 * 1024)
-        } else {
-            small
-        }
-    };
     let panels = d.panels();
+    let split = |a_floats: usize| {
+        let tiles_l2 = (a_floats / d.k.max(1) / d.mr).max(1);
+        let nmb = d.mtiles().div_ceil(tiles_l2);
+        let mc = d.mtiles().div_ceil(nmb) * d.mr;
+        let nmb = d.m.div_ceil(mc);
+        let nnc = if par {
+            16usize.div_ceil(nmb).clamp(1, panels)
+        } else {
+            1
+        };
+        (nmb, mc, nnc)
+    };
+    let (nmb, mc, nnc) = match split(64 * 1024) {
+        (nmb, _, nnc)
+            if b_pre.is_some() && nmb > 1 && panels.div_ceil(nnc) * d.k * d.nr * 4 > 4 << 20 =>
+        {
+            split(112 * 1024)
+        }
+        small => small,
+    };
     let bn = cx.fresh("bb");
     let bv = cx.vars.fresh(bn.clone(), d.batch);
     let b = Ix::var(bv);

@@ -1101,9 +1101,13 @@ impl<'a> Cx<'a> {
     /// `n` items cut into `count` blocks whose sizes differ by at most one, so that the pool's
     /// static schedule gives every thread as even a share as the count allows (blocks of
     /// `ceil(n / count)` leave the last one short: 49 panels in 13 blocks of 4 share 28 : 21
-    /// between two threads, in 16 blocks of 3 or 4, 24 : 25).
+    /// between two threads, in 16 blocks of 3 or 4, 24 : 25). `count` must be the extent of the
+    /// caller's loop over `block`, between 1 and `n`: a larger one would give blocks past `n`.
     pub fn open_block(&mut self, var: &str, block: &str, n: usize, count: usize) {
-        let count = count.clamp(1, n.max(1));
+        debug_assert!(
+            (1..=n).contains(&count),
+            "{count} blocks of {n} items: the caller's loop and the blocks disagree"
+        );
         self.open(format!(
             "for (long {var} = {block} * {n}L / {count}L; {var} < ({block} + 1) * {n}L / {count}L; {var}++)"
         ));

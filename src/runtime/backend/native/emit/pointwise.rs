@@ -153,9 +153,9 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
     // one short (13 panels of a 14 × 14 plane as 7 blocks of 2 and one: measured 15-20 %
     // faster than the even cut with 384 and 576 outputs).
     let even = panels >= 2 * TASKS;
-    let ppb = panels.div_ceil(npb.max(1));
+    let ppb = panels.div_ceil(npb);
     let npb = if even { npb } else { panels.div_ceil(ppb) };
-    let opb = tiles.div_ceil(nob.max(1));
+    let opb = tiles.div_ceil(nob);
     let nob = tiles.div_ceil(opb);
     let (bn, pb, ob) = (cx.fresh("bb"), cx.fresh("pb"), cx.fresh("ob"));
     let bv = cx.vars.fresh(bn.clone(), g.n);

@@ -3,9 +3,10 @@
 `onnxruntime` Python package, in the same sitting (issue: within 5%).
 
 It runs `collage bench MODEL --onnxruntime always --format json` with the given threads and
-dims (and any further bench arguments after `--`), then times the file with
-`time_ort.py`'s settings (the ones bench gives ONNX Runtime) right after, and prints both
-medians and their ratio. `--rounds K` repeats the pair K times and reports every pair, so a
+dims (and any further bench arguments after `--`), and times the file with `time_ort.py`'s
+settings (the ones bench gives ONNX Runtime) in the same session, half of the runs right before
+the bench and half right after, so that a drift of the machine's load during the bench weighs
+on both sides alike; it prints both medians and their ratio. `--rounds K` repeats the pair K times and reports every pair, so a
 change of the machine's load shows as a change between pairs rather than as a verdict.
 
 Example:
@@ -44,12 +45,11 @@ def bench_ort_ms(args, extra):
     sys.exit("ort_in_bench.py: the report has no onnxruntime row")
 
 
-def python_ort_ms(args, np, ort):
+def python_session(args, np, ort):
     so = time_ort.session_options(ort, args.threads, False)
     sess = ort.InferenceSession(args.model, sess_options=so, providers=["CPUExecutionProvider"])
     targs = time_ort.parse_args([args.model] + sum((["--dim", d] for d in args.dim), []))
-    feeds = time_ort.inputs_for(np, sess, targs)
-    return statistics.median(time_ort.time_runs(sess, feeds, 3, args.runs))
+    return sess, time_ort.inputs_for(np, sess, targs)
 
 
 def main(argv):
@@ -63,7 +63,7 @@ def main(argv):
     p.add_argument("model", help="the .onnx file")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N")
-    p.add_argument("--runs", type=int, default=20, help="timed runs of the Python package")
+    p.add_argument("--runs", type=int, default=20, help="timed runs of the Python package per pair (half before the bench, half after)")
     p.add_argument("--rounds", type=int, default=1, help="bench/Python pairs (default 1)")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -71,10 +71,14 @@ def main(argv):
     import numpy as np
     import onnxruntime as ort
 
+    sess, feeds = python_session(args, np, ort)
+    before = args.runs // 2
     pairs = []
     for _ in range(args.rounds):
+        runs = time_ort.time_runs(sess, feeds, 3, before) if before else []
         in_bench, spread, report = bench_ort_ms(args, extra)
-        alone = python_ort_ms(args, np, ort)
+        runs += time_ort.time_runs(sess, feeds, 3, args.runs - before)
+        alone = statistics.median(runs)
         collage = report["speedup"]["collage_ms"] if report.get("speedup") else None
         pairs.append({"bench_ms": in_bench, "bench_spread": spread, "python_ms": alone,
                       "ratio": in_bench / alone, "collage_ms": collage})

@@ -24,6 +24,8 @@ use collage::runtime::backend::openblas::OpenBlasBackend;
 use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::kernel::MemCounter;
 use collage::runtime::exec::kernel::{Backend, Prepared, RunCx, Unit};
+use collage::runtime::exec::tensor::Tensor;
+use collage::runtime::measure::flush;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "common/kernels.rs"]
@@ -64,6 +66,41 @@ struct KernelSpec {
     /// Whether oneDNN's partition reorders at its boundary (the convolutions' blocked layouts);
     /// checked when it is prepared.
     reorders: bool,
+    /// Whether OpenBLAS and generated code are also timed on cold weights (`cold`: before each
+    /// call the weights, packed or not, are evicted from the caches, as inside a whole model
+    /// whose weights are far larger than the last-level cache).
+    cold: bool,
+}
+
+/// A prepared kernel with its inputs and outputs.
+type Setup = (Box<dyn Prepared>, Vec<Arc<Tensor>>, Vec<Tensor>);
+
+/// As [`lazy_bench`], each timed call after the kernel's resident buffers (its weights and
+/// packed weights) are evicted from the caches (`measure::flush`, untimed).
+fn lazy_bench_cold(
+    c: &mut Criterion,
+    id: &str,
+    setup: impl FnOnce() -> Setup,
+    mut run: impl FnMut(&mut Setup),
+) {
+    let mut setup = Some(setup);
+    let mut state: Option<Setup> = None;
+    c.bench_function(id, |bn| {
+        let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
+        let mut ranges = Vec::new();
+        s.0.resident(&mut |b| ranges.push(flush::Range::of(b)));
+        let ranges = flush::distinct(ranges);
+        bn.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                flush::evict(&ranges, None);
+                let start = std::time::Instant::now();
+                run(s);
+                total += start.elapsed();
+            }
+            total
+        })
+    });
 }
 
 fn ty(dims: &[usize]) -> String {
@@ -87,6 +124,7 @@ fn dense(name: &'static str, m: usize, k: usize, n: usize) -> KernelSpec {
         dnnl: Some("dnnl.dense"),
         openblas: Some("openblas.dense"),
         reorders: false,
+        cold: m == 128,
     }
 }
 
@@ -98,6 +136,7 @@ fn batch_matmul(name: &'static str, b: usize, m: usize, k: usize, n: usize) -> K
         dnnl: Some("dnnl.batch_matmul"),
         openblas: Some("openblas.batch_matmul"),
         reorders: false,
+        cold: false,
     }
 }
 
@@ -109,6 +148,7 @@ fn conv(name: &'static str, x: &[usize], w: &[usize], attrs: &str) -> KernelSpec
         dnnl: Some("dnnl.conv2d"),
         openblas: None,
         reorders: true,
+        cold: false,
     }
 }
 
@@ -129,6 +169,7 @@ fn kernels() -> Vec<KernelSpec> {
             dnnl: Some("dnnl.dense_bias_gelu_tanh"),
             openblas: None,
             reorders: false,
+            cold: false,
         },
         dense("D2 dense 1600x3072-768", 1600, 3072, 768),
         dense("D3 dense 1600x768-768", 1600, 768, 768),
@@ -157,6 +198,7 @@ fn kernels() -> Vec<KernelSpec> {
             dnnl: Some("dnnl.conv2d_bias_relu"),
             openblas: None,
             reorders: true,
+            cold: false,
         },
         conv(
             "C2 conv 1x1 256-64 56x56",
@@ -183,6 +225,7 @@ fn kernels() -> Vec<KernelSpec> {
             dnnl: Some("dnnl.gelu_tanh"),
             openblas: None,
             reorders: false,
+            cold: false,
         },
         KernelSpec {
             name: "E3 GELU tail 128x3072 as 1x128x3072",
@@ -194,6 +237,7 @@ fn kernels() -> Vec<KernelSpec> {
             dnnl: None,
             openblas: None,
             reorders: false,
+            cold: false,
         },
         KernelSpec {
             name: "E2 layer norm 1600x768",
@@ -209,6 +253,7 @@ fn kernels() -> Vec<KernelSpec> {
             dnnl: Some("dnnl.layer_norm_decomposed"),
             openblas: None,
             reorders: false,
+            cold: false,
         },
     ]
 }
@@ -325,25 +370,24 @@ fn bench_libs(c: &mut Criterion) {
                     let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
                     (prepared, inputs, outputs)
                 };
-                lazy_bench(
-                    c,
-                    &format!("{}/{name}/{tag}/call", k.name),
-                    setup,
-                    |(prepared, inputs, outputs)| {
-                        // The executor sets the calling thread's OpenMP count before a run.
-                        omp.set_num_threads(threads);
-                        prepared
-                            .run(
-                                inputs,
-                                outputs,
-                                &RunCx {
-                                    mem: &mem,
-                                    buffers: None,
-                                },
-                            )
-                            .expect("runs")
-                    },
-                );
+                let run = |(prepared, inputs, outputs): &mut Setup| {
+                    // The executor sets the calling thread's OpenMP count before a run.
+                    omp.set_num_threads(threads);
+                    prepared
+                        .run(
+                            inputs,
+                            outputs,
+                            &RunCx {
+                                mem: &mem,
+                                buffers: None,
+                            },
+                        )
+                        .expect("runs")
+                };
+                lazy_bench(c, &format!("{}/{name}/{tag}/call", k.name), setup, run);
+                if k.cold {
+                    lazy_bench_cold(c, &format!("{}/{name}/{tag}/cold", k.name), setup, run);
+                }
             }
         }
     }

@@ -149,19 +149,27 @@ pub fn open(
     Ok(Some(Arc::new(m)))
 }
 
-/// Idle OpenMP threads sleep instead of spinning while this process measures:
-/// `OMP_WAIT_POLICY=passive`, unless the environment already says how they wait
+/// The wait policy of libgomp's idle threads in a measuring process: `OMP_WAIT_POLICY=active`
+/// with `GOMP_SPINCOUNT=1000`, unless the environment already says how they wait
 /// (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`). Called before any backend loads the OpenMP runtime,
-/// which reads its environment once. On a machine shared with other work, threads spinning
-/// between parallel regions make timings depend on which other threads happen to be running:
-/// a 3x3 convolution timed as a candidate took 24-30 ms per call with spinning threads against
-/// 2.1-2.3 ms end to end, and 2.3 ms both ways with sleeping ones (docs/measure.md).
+/// which reads its environment once.
+///
+/// A thread at the end of a parallel region then spins for 1,000 rounds (20-50 µs on the
+/// machine of docs/backends.md) before it sleeps, both when libgomp counts more of its threads
+/// than cores (its "throttled" count, which `active` sets to 1,000) and when it does not (the
+/// explicit count): the next region of a model, a few microseconds later, finds the team awake,
+/// where a sleeping thread took 60-90 µs to wake (MobileNetV2's plan: 8.0 ms with sleeping
+/// threads, 5.9 ms so), and a core is not kept busy after the last kernel of a placement for
+/// longer than that, so the placement timed next in the round, ONNX Runtime's included, has
+/// both cores (docs/backends.md, "Thread pools"). libgomp's default (300,000 rounds, several
+/// milliseconds) would keep a core for that long after every placement and every candidate.
 pub fn quiet_openmp() {
     let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
     if !set("OMP_WAIT_POLICY") && !set("GOMP_SPINCOUNT") {
         // Only the command's own thread runs at this point: nothing reads the environment
         // concurrently.
-        std::env::set_var("OMP_WAIT_POLICY", "passive");
+        std::env::set_var("OMP_WAIT_POLICY", "active");
+        std::env::set_var("GOMP_SPINCOUNT", "1000");
     }
 }
 

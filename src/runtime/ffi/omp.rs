@@ -36,6 +36,23 @@ pub struct Omp {
     parallel: GompParallel,
 }
 
+/// How libgomp's idle threads wait, as this process's environment tells it (libgomp reads
+/// `OMP_WAIT_POLICY` and `GOMP_SPINCOUNT` once, when it is loaded): part of a measurement's
+/// cache key, since a kernel whose team sleeps between regions pays for waking it.
+pub fn wait_settings() -> String {
+    let var = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "-".to_string())
+    };
+    format!(
+        "omp wait {} spin {}",
+        var("OMP_WAIT_POLICY"),
+        var("GOMP_SPINCOUNT")
+    )
+}
+
 /// What one parallel region runs: the closure, the runtime, and the first panic of a thread.
 struct Region<'a> {
     f: &'a (dyn Fn(usize, usize) + Sync),

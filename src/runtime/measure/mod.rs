@@ -192,12 +192,13 @@ impl Measure {
             structure: crate::planning::enumerate::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
             backend: format!(
-                "{identity}; {HARNESS}; code {RUNTIME_CODE}; {}",
+                "{identity}; {HARNESS}; code {RUNTIME_CODE}; {}; {}",
                 if self.cfg.settings.cold {
                     "cold"
                 } else {
                     "warm"
-                }
+                },
+                crate::runtime::ffi::omp::wait_settings()
             ),
             threads: self.cfg.threads as u32,
             machine: self.machine.id(),

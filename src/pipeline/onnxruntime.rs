@@ -1,6 +1,6 @@
 //! ONNX Runtime as a placement of `collage bench`: the model's own `.onnx` file, opened by ONNX
 //! Runtime (CPU execution provider, all graph optimizations, `--threads` intra-op threads, one
-//! inter-op thread, sequential execution, spinning off: [`crate::runtime::backend::ort`]), run
+//! inter-op thread, sequential execution, spinning on: [`crate::runtime::backend::ort`]), run
 //! on the very tensors the reference interpreter ran on, its outputs checked against the
 //! reference interpreter's with the tolerances of every other placement, and timed in the same
 //! rounds ([`super::placements`]).

@@ -829,6 +829,17 @@ impl Entry<'_> {
         }
     }
 
+    /// Whether the placement's idle threads spin after its run (ONNX Runtime with spinning on:
+    /// about 40 ms after each run here, docs/backends.md, "Thread pools"). collage's own
+    /// libgomp threads spin for some tens of microseconds at most
+    /// ([`super::measuring::quiet_openmp`]) and are not waited for.
+    fn spins(&self) -> bool {
+        match self {
+            Entry::Collage(_) => false,
+            Entry::OnnxRuntime(r) => r.info.settings.spinning,
+        }
+    }
+
     fn first_call(&self) -> f64 {
         match self {
             Entry::Collage(r) => r.first_call,
@@ -844,6 +855,48 @@ impl Entry<'_> {
     }
 }
 
+/// The window over which [`wait_until_idle`] watches the process's CPU time: longer than the
+/// kernel's accounting tick (4 ms here), at which another thread's CPU time advances.
+const IDLE_WINDOW: Duration = Duration::from_millis(10);
+
+/// The longest [`wait_until_idle`] waits.
+const IDLE_LIMIT: Duration = Duration::from_millis(250);
+
+/// Waits until the process's threads are idle: until, over one `window` of sleep of the calling
+/// thread, the process used less than a tenth of it in CPU time (a spinning thread uses all of
+/// it), or `limit` has passed.
+fn wait_until_idle(window: Duration, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let before = process_cpu_time();
+        std::thread::sleep(window);
+        match (before, process_cpu_time()) {
+            (Some(a), Some(b)) if b.saturating_sub(a) < window / 10 => return,
+            (Some(_), Some(_)) => {}
+            // No CPU clock: sleep the whole limit, the safe side.
+            _ => {}
+        }
+    }
+}
+
+/// The CPU time of the whole process (`CLOCK_PROCESS_CPUTIME_ID`), or `None` where the clock
+/// cannot be read.
+fn process_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call writes only it.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
+}
+
 /// Times built placements end to end in rounds ([`protocol::time_in_rounds`]). Each placement
 /// first runs once untimed (warm-up; the checked run was its first call); its kernels' times
 /// are read after that, for the profile.
@@ -857,11 +910,20 @@ fn time_together(
     let warm: Vec<Option<String>> = entries.iter_mut().map(|e| e.run(inputs).err()).collect();
     let before: Vec<_> = entries.iter().map(Entry::kernel_times).collect();
     let clock = protocol::Monotonic::new();
+    // The placement that ran last: when another follows one whose idle threads spin (ONNX
+    // Runtime's), the process first waits, untimed, until they have stopped.
+    let mut last: Option<usize> = None;
     let times = protocol::time_in_rounds(
         &warm,
         settings,
         &clock,
-        &mut |k| entries[k].run(inputs),
+        &mut |k| {
+            if last.is_some_and(|l| l != k && entries[l].spins()) {
+                wait_until_idle(IDLE_WINDOW, IDLE_LIMIT);
+            }
+            last = Some(k);
+            entries[k].run(inputs)
+        },
         progress,
     );
     let elapsed = start.elapsed().as_secs_f64();
@@ -961,6 +1023,37 @@ mod tests {
 
     fn f(kept: u64, peak: u64) -> Option<Footprint> {
         Some(Footprint { kept, peak })
+    }
+
+    #[test]
+    fn the_process_cpu_clock_counts_a_busy_thread_and_idleness_ends_the_wait() {
+        // Burn CPU on this thread until the process clock has advanced by 20 ms (bounded by
+        // wall time, so a broken clock fails instead of hanging).
+        let start = process_cpu_time().expect("the process CPU clock");
+        let wall = Instant::now();
+        let mut x = 0u64;
+        while process_cpu_time().unwrap() < start + Duration::from_millis(20) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            assert!(
+                wall.elapsed() < Duration::from_secs(30),
+                "the clock does not advance"
+            );
+        }
+        std::hint::black_box(x);
+        // With a thread spinning until told to stop, the wait cannot see the process idle:
+        // it returns at its limit, not before.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            let w = Instant::now();
+            wait_until_idle(Duration::from_millis(10), Duration::from_millis(60));
+            assert!(w.elapsed() >= Duration::from_millis(60));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
     }
 
     #[test]

@@ -408,7 +408,7 @@ fn bench_runs_onnx_runtime_beside_the_placements() {
     assert_eq!(info["version"], rt.version.as_str(), "{info}");
     assert_eq!(info["intra_op_threads"], 2, "{info}");
     assert_eq!(info["inter_op_threads"], 1, "{info}");
-    assert_eq!(info["allow_spinning"], false, "{info}");
+    assert_eq!(info["allow_spinning"], true, "{info}");
     assert_eq!(Path::new(info["library"].as_str().unwrap()), rt.path);
     // The same rounds: as many runs as the Collage plan.
     let collage = placement(&v, "collage");

@@ -46,7 +46,7 @@ def bench_ort_ms(args, extra):
 
 
 def python_session(args, np, ort):
-    so = time_ort.session_options(ort, args.threads, False)
+    so = time_ort.session_options(ort, args.threads, True)
     sess = ort.InferenceSession(args.model, sess_options=so, providers=["CPUExecutionProvider"])
     targs = time_ort.parse_args([args.model] + sum((["--dim", d] for d in args.dim), []))
     return sess, time_ort.inputs_for(np, sess, targs)

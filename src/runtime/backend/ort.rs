@@ -25,17 +25,17 @@ pub struct Settings {
     /// Intra-op threads (ONNX Runtime's pool: the calling thread and N − 1 workers).
     pub intra_threads: usize,
     /// Whether ONNX Runtime's threads spin while waiting for work (`session.intra_op.
-    /// allow_spinning`, `session.inter_op.allow_spinning`). Off by default: see
-    /// docs/backends.md.
+    /// allow_spinning`, `session.inter_op.allow_spinning`). On by default, as in ONNX
+    /// Runtime: see docs/backends.md, "Thread pools".
     pub spinning: bool,
 }
 
 impl Settings {
-    /// N intra-op threads, spinning off.
+    /// N intra-op threads, spinning on (ONNX Runtime's default).
     pub fn threads(n: usize) -> Settings {
         Settings {
             intra_threads: n.max(1),
-            spinning: false,
+            spinning: true,
         }
     }
 
@@ -368,11 +368,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_turn_spinning_off() {
+    fn settings_spin_by_default_and_can_turn_spinning_off() {
         let s = Settings::threads(0);
         assert_eq!(s.intra_threads, 1);
         assert_eq!(
             s.config_entries(),
+            [
+                ("session.intra_op.allow_spinning", "1"),
+                ("session.inter_op.allow_spinning", "1")
+            ]
+        );
+        let off = Settings {
+            spinning: false,
+            ..s
+        };
+        assert_eq!(
+            off.config_entries(),
             [
                 ("session.intra_op.allow_spinning", "0"),
                 ("session.inter_op.allow_spinning", "0")

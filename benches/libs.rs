@@ -14,6 +14,10 @@
 //! where there are any). OpenBLAS and generated code work on the plain tensors: their figure is
 //! the whole call.
 //!
+//! GPT-2's dense layers (D5-D9) are also timed through OpenBLAS and generated code on cold
+//! weights (`.../cold`): before each timed call the kernel's resident buffers (its weights and
+//! packed weights) are evicted from the caches, as inside a whole model.
+//!
 //! Run with `cargo bench --bench libs` (`-- D1` etc. to pick kernels, `-- /dnnl/` a backend,
 //! `-- /1T/` a thread count). On a shared machine, see docs/performance.md for how the figures
 //! there were taken.

@@ -27,14 +27,13 @@ use collage::runtime::backend::native::{Config as NativeConfig, Native};
 use collage::runtime::backend::openblas::OpenBlasBackend;
 use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::kernel::MemCounter;
-use collage::runtime::exec::kernel::{Backend, Prepared, RunCx, Unit};
-use collage::runtime::exec::tensor::Tensor;
+use collage::runtime::exec::kernel::{Backend, Prepared, Unit};
 use collage::runtime::measure::flush;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{lazy_bench, load, tensors};
+use kernels::{lazy_bench, load, run_prepared, tensors, Setup};
 
 /// The kernel's parameters as the shared set-up takes them.
 fn params(k: &KernelSpec) -> impl Iterator<Item = (&'static str, Vec<usize>, bool)> + '_ {
@@ -75,9 +74,6 @@ struct KernelSpec {
     /// whose weights are far larger than the last-level cache).
     cold: bool,
 }
-
-/// A prepared kernel with its inputs and outputs.
-type Setup = (Box<dyn Prepared>, Vec<Arc<Tensor>>, Vec<Tensor>);
 
 /// As [`lazy_bench`], each timed call after the kernel's resident buffers (its weights and
 /// packed weights) are evicted from the caches (`measure::flush`, untimed).
@@ -374,20 +370,7 @@ fn bench_libs(c: &mut Criterion) {
                     let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
                     (prepared, inputs, outputs)
                 };
-                let run = |(prepared, inputs, outputs): &mut Setup| {
-                    // The executor sets the calling thread's OpenMP count before a run.
-                    omp.set_num_threads(threads);
-                    prepared
-                        .run(
-                            inputs,
-                            outputs,
-                            &RunCx {
-                                mem: &mem,
-                                buffers: None,
-                            },
-                        )
-                        .expect("runs")
-                };
+                let run = |s: &mut Setup| run_prepared(s, &omp, threads, &mem);
                 lazy_bench(c, &format!("{}/{name}/{tag}/call", k.name), setup, run);
                 if k.cold {
                     lazy_bench_cold(c, &format!("{}/{name}/{tag}/cold", k.name), setup, run);

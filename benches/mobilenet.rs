@@ -20,12 +20,12 @@
 use collage::runtime::backend::dnnl::{DnnlBackend, Part};
 use collage::runtime::backend::native::{Config as NativeConfig, Native};
 use collage::runtime::exec::data::Weights;
-use collage::runtime::exec::kernel::{Backend, MemCounter, Prepared, RunCx, Unit};
+use collage::runtime::exec::kernel::{Backend, MemCounter, Prepared, Unit};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{dnnl_setup, lazy_bench, load, tensors};
+use kernels::{dnnl_setup, lazy_bench, load, run_prepared, tensors};
 use std::time::Duration;
 
 /// What follows a convolution's bias.
@@ -296,19 +296,7 @@ fn bench_convs(c: &mut Criterion) {
                     let prepared: Box<dyn Prepared> = kernel.prepare(&consts).expect("prepares");
                     (prepared, inputs, outputs)
                 },
-                |(prepared, inputs, outputs)| {
-                    omp.set_num_threads(threads);
-                    prepared
-                        .run(
-                            inputs,
-                            outputs,
-                            &RunCx {
-                                mem: &mem,
-                                buffers: None,
-                            },
-                        )
-                        .expect("runs")
-                },
+                |s| run_prepared(s, &omp, threads, &mem),
             );
         }
     }

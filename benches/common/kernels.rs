@@ -5,7 +5,9 @@
 use collage::ir::{DType, Module};
 use collage::runtime::backend::dnnl::{DnnlBackend, DnnlPrepared, Part};
 use collage::runtime::exec::data::Weights;
+use collage::runtime::exec::kernel::{MemCounter, Prepared, RunCx};
 use collage::runtime::exec::tensor::{Shape, Tensor};
+use collage::runtime::ffi::omp::Omp;
 use collage::source::SourceMap;
 use criterion::Criterion;
 use std::sync::Arc;
@@ -92,4 +94,21 @@ pub fn lazy_bench<S>(
         let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
         bn.iter(|| run(s))
     });
+}
+
+/// A prepared kernel with its inputs and outputs.
+pub type Setup = (Box<dyn Prepared>, Vec<Arc<Tensor>>, Vec<Tensor>);
+
+/// Runs a prepared kernel once on `threads` OpenMP threads (the executor sets the calling
+/// thread's OpenMP count before a run).
+pub fn run_prepared(
+    (prepared, inputs, outputs): &mut Setup,
+    omp: &Omp,
+    threads: usize,
+    mem: &MemCounter,
+) {
+    omp.set_num_threads(threads);
+    prepared
+        .run(inputs, outputs, &RunCx { mem, buffers: None })
+        .expect("runs")
 }

@@ -150,18 +150,19 @@ pub fn open(
 }
 
 /// The wait policy of libgomp's idle threads in a measuring process: `OMP_WAIT_POLICY=active`
-/// with `GOMP_SPINCOUNT=1000`, unless the environment already says how they wait
+/// with `GOMP_SPINCOUNT=5000`, unless the environment already says how they wait
 /// (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`). Called before any backend loads the OpenMP runtime,
 /// which reads its environment once.
 ///
-/// A thread at the end of a parallel region then spins for 1,000 rounds (20-50 µs on the
-/// machine of docs/backends.md) before it sleeps, both when libgomp counts more of its threads
-/// than cores (its "throttled" count, which `active` sets to 1,000) and when it does not (the
-/// explicit count): the next region of a model, a few microseconds later, finds the team awake,
-/// where a sleeping thread took 60-90 µs to wake (MobileNetV2's plan: 8.0 ms with sleeping
-/// threads, 5.9 ms so), and a core is not kept busy after the last kernel of a placement for
-/// longer than that, so the placement timed next in the round, ONNX Runtime's included, has
-/// both cores (docs/backends.md, "Thread pools"). libgomp's default (300,000 rounds, several
+/// A thread at the end of a parallel region then spins for 5,000 rounds (about 100-250 µs on
+/// the machine of docs/backends.md) before it sleeps, so the next region of a model, after the
+/// executor's hand-over or a small kernel that runs on one thread, finds the team awake, where
+/// a sleeping thread took 60-90 µs to wake (MobileNetV2's plan: 8.0 ms with sleeping threads,
+/// 5.9 ms with a short spin). Every kernel runs from one thread
+/// ([`crate::runtime::exec::executor::on_first_worker`]), so libgomp uses this count and not its
+/// "throttled" one (1,000 rounds with `active`, 100 without). A core is kept busy for at most
+/// that long after a placement's last kernel; `bench` lets it go idle before it times ONNX
+/// Runtime (docs/backends.md, "Thread pools"). libgomp's default (300,000 rounds, several
 /// milliseconds) would keep a core for that long after every placement and every candidate.
 pub fn quiet_openmp() {
     let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
@@ -169,7 +170,7 @@ pub fn quiet_openmp() {
         // Only the command's own thread runs at this point: nothing reads the environment
         // concurrently.
         std::env::set_var("OMP_WAIT_POLICY", "active");
-        std::env::set_var("GOMP_SPINCOUNT", "1000");
+        std::env::set_var("GOMP_SPINCOUNT", "5000");
     }
 }
 

@@ -829,15 +829,13 @@ impl Entry<'_> {
         }
     }
 
-    /// Whether the placement's idle threads spin after its run (ONNX Runtime with spinning on:
-    /// about 40 ms after each run here, docs/backends.md, "Thread pools"). collage's own
-    /// libgomp threads spin for some tens of microseconds at most
-    /// ([`super::measuring::quiet_openmp`]) and are not waited for.
-    fn spins(&self) -> bool {
-        match self {
-            Entry::Collage(_) => false,
-            Entry::OnnxRuntime(r) => r.info.settings.spinning,
-        }
+    /// Whether the placement runs on ONNX Runtime's thread pool rather than collage's (libgomp
+    /// and the executor's workers). Idle threads of either spin for a while after a run (ONNX
+    /// Runtime's, with spinning on, about 40 ms here; libgomp's 5,000 rounds, about 0.1-0.25
+    /// ms: docs/backends.md, "Thread pools"), and would take a core from the other pool's next
+    /// run; placements on the same pool share their threads and do not.
+    fn on_onnxruntime_pool(&self) -> bool {
+        matches!(self, Entry::OnnxRuntime(_))
     }
 
     fn first_call(&self) -> f64 {
@@ -910,15 +908,18 @@ fn time_together(
     let warm: Vec<Option<String>> = entries.iter_mut().map(|e| e.run(inputs).err()).collect();
     let before: Vec<_> = entries.iter().map(Entry::kernel_times).collect();
     let clock = protocol::Monotonic::new();
-    // The placement that ran last: when another follows one whose idle threads spin (ONNX
-    // Runtime's), the process first waits, untimed, until they have stopped.
+    // The placement that ran last: when the next one runs on the other thread pool (ONNX
+    // Runtime's or collage's), the process first waits, untimed, until the idle threads of the
+    // last have stopped spinning.
     let mut last: Option<usize> = None;
     let times = protocol::time_in_rounds(
         &warm,
         settings,
         &clock,
         &mut |k| {
-            if last.is_some_and(|l| l != k && entries[l].spins()) {
+            if last.is_some_and(|l| {
+                entries[l].on_onnxruntime_pool() != entries[k].on_onnxruntime_pool()
+            }) {
                 wait_until_idle(IDLE_WINDOW, IDLE_LIMIT);
             }
             last = Some(k);

@@ -236,6 +236,32 @@ pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, Diagnostic> {
         })
 }
 
+/// Runs `f` on the first worker thread of `pool`, whichever thread calls: every OpenMP region
+/// that collage's kernels open then starts from that one thread. libgomp keeps a team per
+/// thread that opens regions; with two of them (`ThreadPool::install` hands a job to whichever
+/// worker is free) it manages more threads than there are cores and falls back to its short
+/// "throttled" spin, so its threads sleep between kernels and every region after a pause pays
+/// their wake-up (docs/performance.md, "What still wakes threads"). Inside `f`, rayon's
+/// parallel iterators still use the whole pool.
+pub fn on_first_worker<R: Send>(pool: &rayon::ThreadPool, f: impl FnOnce() -> R + Send) -> R {
+    if pool.current_thread_index() == Some(0) {
+        return f();
+    }
+    let job = Mutex::new(Some(f));
+    let mut out = pool.broadcast(|ctx| {
+        if ctx.index() != 0 {
+            return None;
+        }
+        let f = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+        f.map(|f| f())
+    });
+    match out.swap_remove(0) {
+        Some(r) => r,
+        // A broadcast runs its operation once on every worker, the first included.
+        None => unreachable!("the pool's first worker did not run the job"),
+    }
+}
+
 /// Compiles `@main` of a type-checked module.
 pub fn compile(
     m: &Module,
@@ -319,9 +345,10 @@ pub fn compile_on(
         functions: BTreeMap::new(),
     };
     // Constants are generated on the pool too (large weights are filled in parallel).
-    let program = pool
-        .install(|| Program::lower(m, &Region::function(m, main), &mut policy, &counting))
-        .map_err(|u| one(u.to_diagnostic()))?;
+    let program = on_first_worker(&pool, || {
+        Program::lower(m, &Region::function(m, main), &mut policy, &counting)
+    })
+    .map_err(|u| one(u.to_diagnostic()))?;
     let warnings = policy.warnings;
     let const_bytes = counting
         .seen
@@ -439,10 +466,11 @@ impl Executable {
         self.program.resident(f)
     }
 
-    /// Runs `f` on the executable's worker pool: runs made inside it start no job of their
-    /// own on the pool, so a timing loop measures the program and not the hand-over to the pool.
+    /// Runs `f` on the first thread of the executable's worker pool ([`on_first_worker`]): runs
+    /// made inside it start no job of their own on the pool, so a timing loop measures the
+    /// program and not the hand-over to the pool.
     pub fn in_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+        on_first_worker(&self.pool, f)
     }
 
     /// Gives the storage of a run's result back for the outputs of later runs (tensors still
@@ -477,25 +505,23 @@ impl Executable {
         let base = self.const_bytes + inputs.iter().map(|t| t.nbytes() as u64).sum::<u64>();
         let mem = MemCounter::new(base);
         let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
-        let out = self
-            .pool
-            .install(|| {
-                // OpenMP's thread count belongs to the calling thread: set it in the one that
-                // runs the kernels, for every library on the shared pool (docs/backends.md).
-                if self.openmp {
-                    if let Ok(omp) = crate::runtime::ffi::omp::Omp::shared() {
-                        omp.set_num_threads(self.threads);
-                    }
+        let out = on_first_worker(&self.pool, || {
+            // OpenMP's thread count belongs to the calling thread: set it in the one that
+            // runs the kernels, for every library on the shared pool (docs/backends.md).
+            if self.openmp {
+                if let Ok(omp) = crate::runtime::ffi::omp::Omp::shared() {
+                    omp.set_num_threads(self.threads);
                 }
-                self.program.run(
-                    values,
-                    &RunCx {
-                        mem: &mem,
-                        buffers: Some(&self.buffers),
-                    },
-                )
-            })
-            .map_err(|e| e.to_diagnostic())?;
+            }
+            self.program.run(
+                values,
+                &RunCx {
+                    mem: &mem,
+                    buffers: Some(&self.buffers),
+                },
+            )
+        })
+        .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
         Ok(RunOutput {
             value,
@@ -509,6 +535,27 @@ mod tests {
     use super::*;
     use crate::runtime::exec::data::Weights;
     use crate::runtime::exec::program::release;
+
+    #[test]
+    fn jobs_run_on_the_pools_first_worker_from_any_thread() {
+        let pool = worker_pool(3).unwrap();
+        let first = pool.broadcast(|_| std::thread::current().id())[0];
+        // From outside the pool, many times: the first worker every time.
+        for _ in 0..50 {
+            assert_eq!(on_first_worker(&pool, || std::thread::current().id()), first);
+        }
+        // From another worker of the pool, and nested on the first one (inline, no deadlock).
+        let seen = pool.broadcast(|ctx| {
+            let inner = on_first_worker(&pool, || {
+                on_first_worker(&pool, || std::thread::current().id())
+            });
+            (ctx.index(), inner)
+        });
+        assert!(seen.iter().all(|&(_, id)| id == first), "{seen:?}");
+        // A result borrowed from the caller's stack comes back.
+        let v = [1, 2, 3];
+        assert_eq!(on_first_worker(&pool, || v.iter().sum::<i32>()), 6);
+    }
 
     /// A backend for inline operators whose kernels (the reference interpreter's) say they
     /// overwrite their outputs.

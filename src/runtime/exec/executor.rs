@@ -542,7 +542,10 @@ mod tests {
         let first = pool.broadcast(|_| std::thread::current().id())[0];
         // From outside the pool, many times: the first worker every time.
         for _ in 0..50 {
-            assert_eq!(on_first_worker(&pool, || std::thread::current().id()), first);
+            assert_eq!(
+                on_first_worker(&pool, || std::thread::current().id()),
+                first
+            );
         }
         // From another worker of the pool, and nested on the first one (inline, no deadlock).
         let seen = pool.broadcast(|ctx| {

@@ -91,6 +91,9 @@ pub struct Measure {
     cfg: Config,
     machine: Machine,
     setup: Setup,
+    /// What every cache key says after the backends' identity: the harness version, the code
+    /// fingerprint, warm or cold timing and libgomp's wait settings (fixed for the process).
+    protocol: String,
     db: Mutex<Option<Db>>,
     opened: Opened,
     counters: Mutex<Counters>,
@@ -115,10 +118,16 @@ impl Measure {
         let machine = Machine::detect();
         db.note_machine(&machine.id(), &machine.model, &machine.flags)?;
         let setup = Setup::new(targets, cfg.threads, cfg.cache_dir.clone());
+        let protocol = format!(
+            "{HARNESS}; code {RUNTIME_CODE}; {}; {}",
+            if cfg.settings.cold { "cold" } else { "warm" },
+            crate::runtime::ffi::omp::wait_settings()
+        );
         Ok(Measure {
             cfg,
             machine,
             setup,
+            protocol,
             db: Mutex::new(Some(db)),
             opened,
             counters: Mutex::new(Counters::default()),
@@ -191,15 +200,7 @@ impl Measure {
         Ok(Key {
             structure: crate::planning::enumerate::key::stable_key(r.graph, r.candidate, &t.name),
             target: t.name.clone(),
-            backend: format!(
-                "{identity}; {HARNESS}; code {RUNTIME_CODE}; {}; {}",
-                if self.cfg.settings.cold {
-                    "cold"
-                } else {
-                    "warm"
-                },
-                crate::runtime::ffi::omp::wait_settings()
-            ),
+            backend: format!("{identity}; {}", self.protocol),
             threads: self.cfg.threads as u32,
             machine: self.machine.id(),
         })

@@ -101,7 +101,7 @@ pub fn open(
     if !spec.uses_measure() {
         return Ok(None);
     }
-    quiet_openmp();
+    set_openmp_wait_policy();
     let place = cache_place(args.cache_dir.as_deref())?;
     let cache_dir = place.dir().map(Path::to_path_buf);
     let database = dir::database(cache_dir.as_deref(), args.cache.as_deref()).map_err(|e| {
@@ -164,7 +164,7 @@ pub fn open(
 /// that long after a placement's last kernel; `bench` lets it go idle before it times ONNX
 /// Runtime (docs/backends.md, "Thread pools"). libgomp's default (300,000 rounds, several
 /// milliseconds) would keep a core for that long after every placement and every candidate.
-pub fn quiet_openmp() {
+pub fn set_openmp_wait_policy() {
     let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
     if !set("OMP_WAIT_POLICY") && !set("GOMP_SPINCOUNT") {
         // Only the command's own thread runs at this point: nothing reads the environment

@@ -118,7 +118,7 @@ fn bench_inner(
         cache_dir: place.dir().map(std::path::Path::to_path_buf),
         ..req.measure.clone()
     };
-    measuring::quiet_openmp();
+    measuring::set_openmp_wait_policy();
     let bar = Bar::new(false, req.progress);
     let mut sources = SourceMap::new();
     let inputs = Inputs {

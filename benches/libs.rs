@@ -29,11 +29,11 @@ use collage::runtime::exec::data::Weights;
 use collage::runtime::exec::kernel::MemCounter;
 use collage::runtime::exec::kernel::{Backend, Prepared, Unit};
 use collage::runtime::measure::flush;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{lazy_bench, load, run_prepared, tensors, Setup};
+use kernels::{lazy_bench, lazy_bench_with, load, run_prepared, tensors, Setup};
 
 /// The kernel's parameters as the shared set-up takes them.
 fn params(k: &KernelSpec) -> impl Iterator<Item = (&'static str, Vec<usize>, bool)> + '_ {
@@ -83,23 +83,15 @@ fn lazy_bench_cold(
     setup: impl FnOnce() -> Setup,
     mut run: impl FnMut(&mut Setup),
 ) {
-    let mut setup = Some(setup);
-    let mut state: Option<Setup> = None;
-    c.bench_function(id, |bn| {
-        let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
+    lazy_bench_with(c, id, setup, |bn, s| {
         let mut ranges = Vec::new();
         s.0.resident(&mut |b| ranges.push(flush::Range::of(b)));
         let ranges = flush::distinct(ranges);
-        bn.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                flush::evict(&ranges, None);
-                let start = std::time::Instant::now();
-                run(s);
-                total += start.elapsed();
-            }
-            total
-        })
+        bn.iter_batched(
+            || flush::evict(&ranges, None),
+            |()| run(s),
+            BatchSize::PerIteration,
+        )
     });
 }
 

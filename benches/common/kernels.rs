@@ -9,7 +9,7 @@ use collage::runtime::exec::kernel::{MemCounter, Prepared, RunCx};
 use collage::runtime::exec::tensor::{Shape, Tensor};
 use collage::runtime::ffi::omp::Omp;
 use collage::source::SourceMap;
-use criterion::Criterion;
+use criterion::{Bencher, Criterion};
 use std::sync::Arc;
 
 /// The module of a benchmark's Relay text (a bug of the benchmark if it does not load).
@@ -88,11 +88,22 @@ pub fn lazy_bench<S>(
     setup: impl FnOnce() -> S,
     mut run: impl FnMut(&mut S),
 ) {
+    lazy_bench_with(c, id, setup, |bn, s| bn.iter(|| run(s)));
+}
+
+/// As [`lazy_bench`], with the timing loop given: `body` gets criterion's bencher and the
+/// state the set-up made.
+pub fn lazy_bench_with<S>(
+    c: &mut Criterion,
+    id: &str,
+    setup: impl FnOnce() -> S,
+    mut body: impl FnMut(&mut Bencher<'_>, &mut S),
+) {
     let mut setup = Some(setup);
     let mut state: Option<S> = None;
     c.bench_function(id, |bn| {
         let s = state.get_or_insert_with(|| setup.take().expect("set up once")());
-        bn.iter(|| run(s))
+        body(bn, s)
     });
 }
 

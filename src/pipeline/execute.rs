@@ -47,6 +47,7 @@ pub fn native_backend(
         registry::native(Config {
             threads,
             cache_dir: place.dir().map(Path::to_path_buf),
+            temp_dir: place.temp_dir(),
             compiler: None,
             timeout,
         })

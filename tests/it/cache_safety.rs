@@ -606,11 +606,16 @@ fn an_unusable_cache_directory_is_warned_about() {
     let dangling = dir.path().join("dangling");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
     let proc_dir = PathBuf::from("/proc/collage-cache");
+    // The temporary directory that replaces it goes when the command ends.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
     for bad in [&file, &dangling, &proc_dir] {
-        let out = run_tiny(dir.path(), bad, &[]);
+        let out = run_tiny(dir.path(), bad, &[("TMPDIR", &tmp)]);
         let v = native(&out);
         let err = stderr(&out);
         assert!(err.contains("warning[W2411]"), "{}: {err}", bad.display());
+        assert!(err.contains(tmp.to_str().unwrap()), "{err}");
+        assert_eq!(files(&tmp), Vec::<PathBuf>::new(), "{}", bad.display());
         assert!(err.contains(bad.to_str().unwrap()), "{err}");
         assert!(
             !v["cache_dir"]

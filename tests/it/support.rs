@@ -4,7 +4,7 @@ use collage::diag::Diagnostics;
 use collage::ir::Module;
 use collage::source::{FileId, SourceMap};
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs the `collage` binary in `dir`.
@@ -21,13 +21,29 @@ where
         .expect("the binary runs")
 }
 
+/// The shared cache directory of [`cache_dir`].
+static CACHE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Removes [`CACHE_DIR`] when the test process exits (a static is never dropped).
+extern "C" fn remove_cache_dir() {
+    if let Some(d) = CACHE_DIR.get() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 /// The cache directory every `collage` run of this test process shares (a temporary
-/// directory: tests never touch the user's cache). Sharing it means that each distinct kernel
-/// is compiled once per test process.
+/// directory, removed when the process exits: tests never touch the user's cache). Sharing it
+/// means that each distinct kernel is compiled once per test process.
 pub fn cache_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary cache directory"))
-        .path()
+    CACHE_DIR.get_or_init(|| {
+        let d = tempfile::tempdir()
+            .expect("a temporary cache directory")
+            .keep();
+        // SAFETY: registers a plain function without arguments, as `atexit` expects.
+        let registered = unsafe { libc::atexit(remove_cache_dir) };
+        assert_eq!(registered, 0, "atexit");
+        d
+    })
 }
 
 /// Runs the `collage` binary at the repository root.

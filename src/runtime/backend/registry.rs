@@ -174,6 +174,8 @@ pub fn load(
             cache_dir: cache_dir.map(Path::to_path_buf),
             compiler: None,
             timeout: compile::DEFAULT_TIMEOUT,
+            // The caller keeps a temporary cache directory alive (the measurement's `Place`).
+            temp_dir: None,
         }) as Arc<dyn Backend>)),
         // The CPU libraries, loaded at run time.
         Some(c) => library(c, threads).map(|r| r.map_err(|e| e.to_string())),

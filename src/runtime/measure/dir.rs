@@ -26,13 +26,18 @@ pub fn resolve(given: Option<&Path>) -> Option<PathBuf> {
 #[derive(Clone, Debug, Default)]
 pub struct Place {
     dir: Option<PathBuf>,
-    _temp: Option<Arc<tempfile::TempDir>>,
+    temp: Option<Arc<tempfile::TempDir>>,
 }
 
 impl Place {
     /// The directory (`None`: there is none).
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
+    }
+
+    /// The temporary directory that replaced an unusable one, for whoever must keep it.
+    pub fn temp_dir(&self) -> Option<Arc<tempfile::TempDir>> {
+        self.temp.clone()
     }
 }
 
@@ -63,7 +68,7 @@ pub fn prepare(given: Option<&Path>) -> Prepared {
     match cache::check_root(&root) {
         Ok(()) => Prepared::Ready(Place {
             dir: Some(root),
-            _temp: None,
+            temp: None,
         }),
         Err(DirError::Untrusted(why)) => Prepared::Refused(why),
         Err(DirError::Unusable(why)) => {
@@ -73,7 +78,7 @@ pub fn prepare(given: Option<&Path>) -> Prepared {
                 .ok()
                 .map_or_else(Place::default, |t| Place {
                     dir: Some(t.path().to_path_buf()),
-                    _temp: Some(Arc::new(t)),
+                    temp: Some(Arc::new(t)),
                 });
             Prepared::Replaced { place, why }
         }

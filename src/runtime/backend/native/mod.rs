@@ -80,6 +80,9 @@ pub struct Config {
     /// The cache directory (`None`: [`cache::default_dir`]; kernels are compiled into a
     /// temporary directory when there is none or it cannot be created).
     pub cache_dir: Option<PathBuf>,
+    /// The temporary directory `cache_dir` lies in when one replaced an unusable cache
+    /// directory: held, so that it stays, as long as the backend lives.
+    pub temp_dir: Option<Arc<tempfile::TempDir>>,
     /// The compiler command (`None`: `$CC` or `cc`).
     pub compiler: Option<Vec<String>>,
     /// The time limit of one compiler run.
@@ -91,6 +94,7 @@ impl Default for Config {
         Config {
             threads: crate::runtime::exec::executor::default_threads(),
             cache_dir: None,
+            temp_dir: None,
             compiler: None,
             timeout: compile::DEFAULT_TIMEOUT,
         }

@@ -407,10 +407,15 @@ struct MeasureFlags {
     #[arg(long)]
     progress: bool,
     /// Time each call of a candidate alone, after evicting from the caches the buffers its
-    /// kernels keep (weights, packed weights, scratch), as inside a whole model, instead of
-    /// TVM's warm loop (measurements of the two kinds are cached apart).
-    #[arg(long)]
+    /// kernels keep (weights, packed weights, scratch), as inside a whole model: the default on
+    /// x86-64 processors (elsewhere candidates are timed warm, with a warning when this is asked
+    /// for).
+    #[arg(long, conflicts_with = "warm_candidates")]
     cold_candidates: bool,
+    /// Time candidates in TVM's warm loop instead, their buffers staying in the caches from one
+    /// call to the next (measurements of the two kinds are cached apart).
+    #[arg(long)]
+    warm_candidates: bool,
     /// Raise the scheduling weight of this session while measuring (`/proc/self/autogroup`;
     /// needs the right to raise priority), so other sessions' work disturbs timings less.
     #[arg(long)]
@@ -425,6 +430,7 @@ impl MeasureFlags {
             cache: self.cache.clone(),
             budget: self.measure_budget,
             seed: self.seed,
+            warm: self.warm_candidates,
             cold: self.cold_candidates,
             raise_priority: self.raise_priority,
         }

@@ -95,6 +95,8 @@ def partition(
     measure_budget: Optional[float] = None,
     cost_timeout: float = 60.0,
     tvm_compat: bool = False,
+    simplify: bool = True,
+    warm_candidates: bool = False,
 ) -> Plan: ...
 def compile(
     model: Union[Model, Plan],
@@ -104,6 +106,7 @@ def compile(
     seed: int = 0,
     cache_dir: Optional[_Path] = None,
     compile_timeout: Optional[float] = None,
+    simplify: bool = True,
 ) -> Session: ...
 def bench(
     model: Union[Model, _Path],
@@ -119,5 +122,10 @@ def bench(
     rtol: Optional[float] = None,
     atol: Optional[float] = None,
     cost_timeout: float = 60.0,
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    dims: Optional[Mapping[str, int]] = None,
+    format: Optional[str] = None,
+    simplify: bool = True,
+    warm_candidates: bool = False,
 ) -> Dict[str, Any]: ...
 def backends() -> List[Dict[str, Any]]: ...

@@ -378,7 +378,7 @@ impl Plan {
 #[pyo3(signature = (
     model, targets=None, rules=Vec::new(), costs="analytic", *, baselines=true, lower_bound=true,
     prune=false, threads=None, seed=0, cache_dir=None, measure_budget=None, cost_timeout=60.0,
-    tvm_compat=false, simplify=true
+    tvm_compat=false, simplify=true, warm_candidates=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn py_partition(
@@ -397,6 +397,7 @@ fn py_partition(
     cost_timeout: f64,
     tvm_compat: bool,
     simplify: bool,
+    warm_candidates: bool,
 ) -> PyResult<Plan> {
     let spec = costs_of(costs)?;
     let threads = threads_of(threads)?;
@@ -412,6 +413,7 @@ fn py_partition(
             cache: None,
             budget: measure_budget,
             seed,
+            warm: warm_candidates,
             cold: false,
             raise_priority: false,
         };
@@ -762,7 +764,7 @@ impl Session {
 #[pyo3(signature = (
     model, targets=None, rules=Vec::new(), costs="measure", *, threads=None, seed=0,
     cache_dir=None, measure_budget=None, run_budget=None, rtol=None, atol=None, cost_timeout=60.0,
-    input_shapes=None, dims=None, format=None, simplify=true
+    input_shapes=None, dims=None, format=None, simplify=true, warm_candidates=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn py_bench<'py>(
@@ -783,6 +785,7 @@ fn py_bench<'py>(
     dims: Option<&Bound<'py, PyDict>>,
     format: Option<&str>,
     simplify: bool,
+    warm_candidates: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let given = load_options(input_shapes, dims, format)?;
     let (path, model_options): (PathBuf, load::ModelOptions) = if let Ok(m) = model.cast::<Model>()
@@ -834,6 +837,7 @@ fn py_bench<'py>(
             cache: None,
             budget: positive_seconds("measure_budget", measure_budget)?,
             seed,
+            warm: warm_candidates,
             cold: false,
             raise_priority: false,
         },

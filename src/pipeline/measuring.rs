@@ -22,7 +22,10 @@ pub struct MeasureArgs {
     pub budget: Option<f64>,
     /// The seed of random inputs and weights.
     pub seed: u64,
-    /// Time candidates after evicting their kernels' buffers instead of in a warm loop.
+    /// Time candidates in TVM's warm loop instead of with their kernels' buffers evicted
+    /// before each call (the default, where the processor allows it).
+    pub warm: bool,
+    /// Cold timing was asked for by name (a warning where it cannot be done).
     pub cold: bool,
     /// Raise the scheduling weight of this session's autogroup while the command runs.
     pub raise_priority: bool,
@@ -108,13 +111,13 @@ pub fn open(
         diag::emit_alone(Diagnostic::error(diag::E2401, e.to_string()));
         Outcome::Usage
     })?;
-    if args.cold && !measure::flush::EVICTS {
+    if args.cold && !args.warm && !measure::flush::EVICTS {
         diag::emit_alone(Diagnostic::warning(
             diag::W2407,
             "`--cold-candidates` evicts caches on x86-64 processors only; candidates are timed in the warm loop here",
         ));
     }
-    let mut settings = if args.cold && measure::flush::EVICTS {
+    let mut settings = if !args.warm && measure::flush::EVICTS {
         measure::protocol::Settings::candidates_cold()
     } else {
         measure::protocol::Settings::candidates()

@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 /// The version of the measuring harness, part of every cache key: bump it when what a
 /// measurement means changes.
-pub const HARNESS: &str = "measure-3";
+pub const HARNESS: &str = "measure-4";
 
 /// A fingerprint of the code that compiles and runs candidates (the backends, the executor,
 /// the library bindings), computed when collage is built; part of every cache key, so a cost
@@ -288,6 +288,7 @@ impl Measure {
             .then(|| crate::runtime::ffi::omp::Omp::shared().ok())
             .flatten();
         // Each executable's buffers stay where they are while it lives.
+        let llc = settings.cold.then(flush::last_level_cache).flatten();
         let ranges: Vec<Vec<flush::Range>> = cs
             .iter()
             .map(|c| {
@@ -295,7 +296,7 @@ impl Measure {
                 if settings.cold {
                     c.x.resident(&mut |b| r.push(flush::Range::of(b)));
                 }
-                flush::distinct(r)
+                flush::to_evict(flush::distinct(r), llc)
             })
             .collect();
         let clock = protocol::Monotonic::new();

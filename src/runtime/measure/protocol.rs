@@ -19,7 +19,7 @@
 //! median absolute deviation of the repeats' means divided by their median, a relative figure
 //! that one disturbed repeat does not move.
 //!
-//! With [`Settings::cold`] (`--cold-candidates`), every timed call is preceded by an untimed
+//! With [`Settings::cold`] (candidates by default), every timed call is preceded by an untimed
 //! preparation (the caller evicts the caches, see [`super::flush`]) and each call is timed on
 //! its own; a repeat's mean is then the mean of its calls' own times. Warm-up calls are not
 //! prepared.
@@ -63,13 +63,16 @@ pub struct Settings {
 pub const LEAD_IN_MAX_CALLS: u32 = 5;
 
 impl Settings {
-    /// For candidates with cold weights (`--cold-candidates`): 20 ms of warm-up, then each
-    /// call timed alone after its kernels' buffers are evicted, 5 to 20 such calls, stop at
-    /// 2 % spread, 1 s per candidate.
+    /// For candidates with cold weights (the default; `--cold-candidates`): 20 ms of warm-up,
+    /// then repeats of calls each timed alone after its kernels' buffers are evicted, enough
+    /// calls for 2 ms of timed calls per repeat, 5 to 20 repeats, stop at 2 % spread, 1 s per
+    /// candidate. Several calls per repeat because a repeat is one hand-over to the worker
+    /// pool: a call right after the hand-over shares the cores with the pool's other workers
+    /// going back to sleep, which no call inside a whole model does.
     pub fn candidates_cold() -> Settings {
         Settings {
             warmup: Duration::from_millis(20),
-            min_repeat: Duration::ZERO,
+            min_repeat: Duration::from_millis(2),
             min_repeats: 5,
             max_repeats: 20,
             max_spread: 0.02,
@@ -79,7 +82,7 @@ impl Settings {
         }
     }
 
-    /// For candidates, TVM's warm loop: 20 ms of warm-up, repeats of at least 10 ms, 3 to 10
+    /// For candidates, TVM's warm loop (`--warm-candidates`): 20 ms of warm-up, repeats of at least 10 ms, 3 to 10
     /// repeats, stop at 2 % spread, 1 s per candidate; nothing is evicted between calls.
     pub fn candidates() -> Settings {
         Settings {
@@ -678,9 +681,9 @@ mod tests {
         };
         let s = Settings::candidates_cold();
         let t = measure(&clock, &s, &mut prepare, &mut call).unwrap();
-        // One call per repeat, each prepared; warm-up calls are not.
-        assert_eq!(t.number, 1);
-        assert_eq!(prepared.get(), t.repeats.len() as u64);
+        // Two calls per repeat (2 ms of warm calls), each prepared; warm-up calls are not.
+        assert_eq!(t.number, 2);
+        assert_eq!(prepared.get(), 2 * t.repeats.len() as u64);
         assert_eq!(t.repeats.len(), s.min_repeats);
         assert!((t.seconds - 3e-3).abs() < 1e-9, "{t:?}");
         assert_eq!(t.spread, 0.0);

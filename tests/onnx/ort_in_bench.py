@@ -63,7 +63,9 @@ def main(argv):
     p.add_argument("model", help="the .onnx file")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N")
-    p.add_argument("--runs", type=int, default=20, help="timed runs of the Python package per pair (half before the bench, half after)")
+    p.add_argument("--runs", type=int, default=20, help="timed runs of the Python package per pair (half before the bench, half after; at least)")
+    p.add_argument("--seconds", type=float, default=1.0,
+                   help="timed runs of the Python package last at least this long on each side of the bench (default 1; a small model's 10 runs would sample a few milliseconds of the machine's load)")
     p.add_argument("--rounds", type=int, default=1, help="bench/Python pairs (default 1)")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -75,9 +77,9 @@ def main(argv):
     before = args.runs // 2
     pairs = []
     for _ in range(args.rounds):
-        runs = time_ort.time_runs(sess, feeds, 3, before) if before else []
+        runs = time_ort.time_runs(sess, feeds, 3, before, args.seconds) if before else []
         in_bench, spread, report = bench_ort_ms(args, extra)
-        runs += time_ort.time_runs(sess, feeds, 3, args.runs - before)
+        runs += time_ort.time_runs(sess, feeds, 3, args.runs - before, args.seconds)
         alone = statistics.median(runs)
         collage = report["speedup"]["collage_ms"] if report.get("speedup") else None
         pairs.append({"bench_ms": in_bench, "bench_spread": spread, "python_ms": alone,

@@ -120,12 +120,13 @@ def quantile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def time_runs(sess, feeds, warmup, runs):
-    """The times in ms of `runs` runs of `sess` on `feeds`, after `warmup` untimed runs."""
+def time_runs(sess, feeds, warmup, runs, min_seconds=0.0):
+    """The times in ms of `runs` runs of `sess` on `feeds`, after `warmup` untimed runs, and
+    of more runs until `min_seconds` of timed runs have passed."""
     for _ in range(warmup):
         sess.run(None, feeds)
     times = []
-    for _ in range(runs):
+    while len(times) < runs or sum(times) < 1e3 * min_seconds:
         start = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - start) * 1e3)

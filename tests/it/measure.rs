@@ -105,17 +105,12 @@ fn a_second_partition_measures_nothing() {
     // the default times each call after its kernels' buffers are evicted); naming the default
     // is the default.
     let default_threads = n(m, "threads");
-    let (named, err, code) = partition(
-        &small(),
-        &cache,
-        &[
-            "--costs",
-            "measure",
-            "--target",
-            "tvm_cpu",
-            "--cold-candidates",
-        ],
-    );
+    let tvm_cpu = |extra: &[&str]| {
+        let mut args = vec!["--costs", "measure", "--target", "tvm_cpu"];
+        args.extend_from_slice(extra);
+        partition(&small(), &cache, &args)
+    };
+    let (named, err, code) = tvm_cpu(&["--cold-candidates"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(n(measure_stats(&named), "measured"), 0, "{named}");
     let mut others = vec![(&["--threads", "1"][..], 1)];
@@ -124,9 +119,7 @@ fn a_second_partition_measures_nothing() {
         others.push((&["--warm-candidates"][..], default_threads));
     }
     for (extra, threads) in others {
-        let mut args = vec!["--costs", "measure", "--target", "tvm_cpu"];
-        args.extend_from_slice(extra);
-        let (again, err, code) = partition(&small(), &cache, &args);
+        let (again, err, code) = tvm_cpu(extra);
         assert_eq!(code, 0, "{extra:?}: {err}");
         let m = measure_stats(&again);
         assert_eq!(n(m, "cached"), 0, "{extra:?}: {m}");

@@ -79,6 +79,8 @@ def load(
     dims: Optional[Mapping[str, int]] = None,
     base_dir: Optional[_Path] = None,
     name: Optional[str] = None,
+    *,
+    format: Optional[str] = None,
 ) -> Model: ...
 def partition(
     model: Model,

@@ -174,6 +174,22 @@ def test_partition_options_reach_the_pipeline(models, cli):
     assert ours["functions"][0]["baselines"] == {}
 
 
+def test_warm_candidates_are_another_measurement(models, tmp_path):
+    m = collage.load(models / "mnist.relay")
+
+    def stats(**kw):
+        plan = collage.partition(m, targets=["tvm_cpu"], costs="measure", threads=1,
+                                 cache_dir=tmp_path, measure_budget=0.05, **kw)
+        return plan.report()["stats"]["measure"]
+
+    first = stats()
+    assert first["measured"] > 0 and first["cached"] == 0
+    warm = stats(warm_candidates=True)
+    assert warm["cached"] == 0 and warm["measured"] == first["measured"]
+    again = stats()
+    assert again["measured"] == 0 and again["cached"] == first["measured"]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("model", ["mnist", "batch_norm_extract"])
 def test_run_is_bit_identical_to_the_command(model, threads, models, cli, tmp_path, cache_dir):

@@ -112,6 +112,10 @@ fn a_second_partition_measures_nothing() {
     };
     let (named, err, code) = tvm_cpu(&["--cold-candidates"]);
     assert_eq!(code, 0, "{err}");
+    // The two are exclusive.
+    let (_, err, code) = tvm_cpu(&["--cold-candidates", "--warm-candidates"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
     assert_eq!(n(measure_stats(&named), "measured"), 0, "{named}");
     let mut others = vec![(&["--threads", "1"][..], 1)];
     // Elsewhere than on x86-64 candidates are timed warm anyway.

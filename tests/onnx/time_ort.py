@@ -125,11 +125,12 @@ def time_runs(sess, feeds, warmup, runs, min_seconds=0.0):
     of more runs until `min_seconds` of timed runs have passed."""
     for _ in range(warmup):
         sess.run(None, feeds)
-    times = []
-    while len(times) < runs or sum(times) < 1e3 * min_seconds:
+    times, total = [], 0.0
+    while len(times) < runs or total < 1e3 * min_seconds:
         start = time.perf_counter()
         sess.run(None, feeds)
         times.append((time.perf_counter() - start) * 1e3)
+        total += times[-1]
     return times
 
 

@@ -114,12 +114,6 @@ impl Settings {
     }
 }
 
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings::candidates()
-    }
-}
-
 /// A measurement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timing {

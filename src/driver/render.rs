@@ -55,11 +55,20 @@ pub fn output_diff_json(
     })
 }
 
+/// How candidates are timed: `cold` (their kept buffers evicted before each call) or `warm`.
+fn candidate_timing(m: &Measure) -> &'static str {
+    if m.config().settings.cold {
+        "cold"
+    } else {
+        "warm"
+    }
+}
+
 /// One line for table reports.
 pub fn summary_line(m: &Measure) -> String {
     let c = m.counters();
     format!(
-        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s); cache `{}`",
+        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s), {} candidates; cache `{}`",
         c.measured,
         c.invalid,
         c.cached,
@@ -67,6 +76,7 @@ pub fn summary_line(m: &Measure) -> String {
         c.compile_seconds,
         c.measure_seconds,
         m.config().threads,
+        candidate_timing(m),
         m.database().display()
     )
 }
@@ -82,6 +92,7 @@ pub fn summary_json(m: &Measure) -> serde_json::Value {
         "compile_seconds": c.compile_seconds,
         "measure_seconds": c.measure_seconds,
         "threads": m.config().threads,
+        "candidates": candidate_timing(m),
         "database": m.database().display().to_string(),
         "backends": m.setup().names(),
     })

@@ -117,6 +117,12 @@ fn a_second_partition_measures_nothing() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
     assert_eq!(n(measure_stats(&named), "measured"), 0, "{named}");
+    let timing = if cfg!(target_arch = "x86_64") {
+        "cold"
+    } else {
+        "warm"
+    };
+    assert_eq!(measure_stats(&named)["candidates"], timing, "{named}");
     let mut others = vec![(&["--threads", "1"][..], 1)];
     // Elsewhere than on x86-64 candidates are timed warm anyway.
     if cfg!(target_arch = "x86_64") {
@@ -128,6 +134,8 @@ fn a_second_partition_measures_nothing() {
         let m = measure_stats(&again);
         assert_eq!(n(m, "cached"), 0, "{extra:?}: {m}");
         assert_eq!(n(m, "threads"), threads, "{extra:?}: {m}");
+        let warm = extra.contains(&"--warm-candidates");
+        assert_eq!(m["candidates"], if warm { "warm" } else { timing }, "{m}");
     }
 }
 

@@ -55,15 +55,6 @@ pub fn output_diff_json(
     })
 }
 
-/// How candidates are timed: `cold` (their kept buffers evicted before each call) or `warm`.
-fn candidate_timing(m: &Measure) -> &'static str {
-    if m.config().settings.cold {
-        "cold"
-    } else {
-        "warm"
-    }
-}
-
 /// One line for table reports.
 pub fn summary_line(m: &Measure) -> String {
     let c = m.counters();
@@ -76,7 +67,7 @@ pub fn summary_line(m: &Measure) -> String {
         c.compile_seconds,
         c.measure_seconds,
         m.config().threads,
-        candidate_timing(m),
+        m.candidate_timing(),
         m.database().display()
     )
 }
@@ -92,7 +83,7 @@ pub fn summary_json(m: &Measure) -> serde_json::Value {
         "compile_seconds": c.compile_seconds,
         "measure_seconds": c.measure_seconds,
         "threads": m.config().threads,
-        "candidates": candidate_timing(m),
+        "candidates": m.candidate_timing(),
         "database": m.database().display().to_string(),
         "backends": m.setup().names(),
     })

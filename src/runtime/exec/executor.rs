@@ -505,23 +505,24 @@ impl Executable {
         let base = self.const_bytes + inputs.iter().map(|t| t.nbytes() as u64).sum::<u64>();
         let mem = MemCounter::new(base);
         let values: Vec<Value> = inputs.iter().cloned().map(Value::Tensor).collect();
-        let out = on_first_worker(&self.pool, || {
-            // OpenMP's thread count belongs to the calling thread: set it in the one that
-            // runs the kernels, for every library on the shared pool (docs/backends.md).
-            if self.openmp {
-                if let Ok(omp) = crate::runtime::ffi::omp::Omp::shared() {
-                    omp.set_num_threads(self.threads);
+        let out = self
+            .in_pool(|| {
+                // OpenMP's thread count belongs to the calling thread: set it in the one that
+                // runs the kernels, for every library on the shared pool (docs/backends.md).
+                if self.openmp {
+                    if let Ok(omp) = crate::runtime::ffi::omp::Omp::shared() {
+                        omp.set_num_threads(self.threads);
+                    }
                 }
-            }
-            self.program.run(
-                values,
-                &RunCx {
-                    mem: &mem,
-                    buffers: Some(&self.buffers),
-                },
-            )
-        })
-        .map_err(|e| e.to_diagnostic())?;
+                self.program.run(
+                    values,
+                    &RunCx {
+                        mem: &mem,
+                        buffers: Some(&self.buffers),
+                    },
+                )
+            })
+            .map_err(|e| e.to_diagnostic())?;
         let value = out.into_iter().next().unwrap_or(Value::Tuple(Vec::new()));
         Ok(RunOutput {
             value,

@@ -86,6 +86,15 @@ pub struct Counters {
     pub measure_seconds: f64,
 }
 
+/// `cold` or `warm`: how [`Settings::cold`] names itself in cache keys and reports.
+fn timing_word(cold: bool) -> &'static str {
+    if cold {
+        "cold"
+    } else {
+        "warm"
+    }
+}
+
 /// The measuring estimator.
 pub struct Measure {
     cfg: Config,
@@ -94,6 +103,8 @@ pub struct Measure {
     /// What every cache key says after the backends' identity: the harness version, the code
     /// fingerprint, warm or cold timing and libgomp's wait settings (fixed for the process).
     protocol: String,
+    /// The last-level cache's size, read once for cold timing (`None` when warm or unknown).
+    llc: Option<u64>,
     db: Mutex<Option<Db>>,
     opened: Opened,
     counters: Mutex<Counters>,
@@ -120,14 +131,16 @@ impl Measure {
         let setup = Setup::new(targets, cfg.threads, cfg.cache_dir.clone());
         let protocol = format!(
             "{HARNESS}; code {RUNTIME_CODE}; {}; {}",
-            if cfg.settings.cold { "cold" } else { "warm" },
+            timing_word(cfg.settings.cold),
             crate::runtime::ffi::omp::wait_settings()
         );
+        let llc = cfg.settings.cold.then(flush::last_level_cache).flatten();
         Ok(Measure {
             cfg,
             machine,
             setup,
             protocol,
+            llc,
             db: Mutex::new(Some(db)),
             opened,
             counters: Mutex::new(Counters::default()),
@@ -148,6 +161,12 @@ impl Measure {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// How candidates are timed, as the cache key and the reports say it: `cold` (their kept
+    /// buffers evicted before each call) or `warm` (TVM's loop).
+    pub fn candidate_timing(&self) -> &'static str {
+        timing_word(self.cfg.settings.cold)
     }
 
     /// The backends in use.
@@ -288,7 +307,6 @@ impl Measure {
             .then(|| crate::runtime::ffi::omp::Omp::shared().ok())
             .flatten();
         // Each executable's buffers stay where they are while it lives.
-        let llc = settings.cold.then(flush::last_level_cache).flatten();
         let ranges: Vec<Vec<flush::Range>> = cs
             .iter()
             .map(|c| {
@@ -296,7 +314,7 @@ impl Measure {
                 if settings.cold {
                     c.x.resident(&mut |b| r.push(flush::Range::of(b)));
                 }
-                flush::to_evict(flush::distinct(r), llc)
+                flush::to_evict(flush::distinct(r), self.llc)
             })
             .collect();
         let clock = protocol::Monotonic::new();

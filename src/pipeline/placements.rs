@@ -909,22 +909,21 @@ fn time_together(
     let before: Vec<_> = entries.iter().map(Entry::kernel_times).collect();
     let clock = protocol::Monotonic::new();
     // The placement that ran last: when the next one runs on the other thread pool (ONNX
-    // Runtime's or collage's), the process first waits, untimed, until the idle threads of the
-    // last have stopped spinning.
+    // Runtime's or collage's), the process first waits, untimed and before the next one's
+    // lead-in runs, until the idle threads of the last have stopped spinning.
+    let on_ort: Vec<bool> = entries.iter().map(Entry::on_onnxruntime_pool).collect();
     let mut last: Option<usize> = None;
     let times = protocol::time_in_rounds(
         &warm,
         settings,
         &clock,
         &mut |k| {
-            if last.is_some_and(|l| {
-                entries[l].on_onnxruntime_pool() != entries[k].on_onnxruntime_pool()
-            }) {
+            if last.is_some_and(|l| on_ort[l] != on_ort[k]) {
                 wait_until_idle(IDLE_WINDOW, IDLE_LIMIT);
             }
             last = Some(k);
-            entries[k].run(inputs)
         },
+        &mut |k| entries[k].run(inputs),
         progress,
     );
     let elapsed = start.elapsed().as_secs_f64();

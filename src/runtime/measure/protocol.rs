@@ -292,6 +292,7 @@ pub fn measure_many<E>(
         settings,
         Policy::CANDIDATES,
         failed,
+        &mut |_| {},
         repeat,
         finished,
         &mut |_, _| {},
@@ -305,11 +306,15 @@ pub fn measure_many<E>(
 /// let a busy minute land on one placement only. The caller has warmed every placement up; one
 /// whose warm-up failed (`failed[k]`), or whose run fails, leaves the rounds with that error.
 /// The rounds stop together ([`Stop::Together`]); `progress(round, max_rounds)` follows them.
+/// `turn(k)` is called when placement `k`'s turn in a round begins, before its lead-in and
+/// untimed: what it spends (waiting for the threads of the placement before to go quiet, say)
+/// counts neither as a run nor toward the lead-in.
 /// This is [`measure_rounds`] with [`Policy::MODELS`].
 pub fn time_in_rounds(
     failed: &[Option<String>],
     settings: &Settings,
     clock: &dyn Clock,
+    turn: &mut dyn FnMut(usize),
     run: &mut dyn FnMut(usize) -> Result<f64, String>,
     progress: &dyn Fn(usize, usize),
 ) -> Vec<Result<Vec<f64>, String>> {
@@ -321,6 +326,7 @@ pub fn time_in_rounds(
         settings,
         Policy::MODELS,
         failed.to_vec(),
+        turn,
         &mut repeat,
         &mut |_, _| {},
         &mut |done, total| progress(done, total),
@@ -333,13 +339,16 @@ pub fn time_in_rounds(
 /// The round-robin timing driver behind [`measure_many`] and [`time_in_rounds`]: warms the
 /// kernels up as `policy` says (`failed[k]`: kernel `k` failed before, and is not run), then
 /// makes one repeat of every kernel still measuring per round until the policy's stop rule
-/// ends each one. `finished(k, result)` is called as soon as kernel `k` is done;
-/// `progress(round, max_rounds)` after each round (and with 0 before the first).
+/// ends each one. `turn(k)` is called as kernel `k`'s turn in a round begins, before its
+/// lead-in; `finished(k, result)` as soon as kernel `k` is done; `progress(round,
+/// max_rounds)` after each round (and with 0 before the first).
+#[allow(clippy::too_many_arguments)]
 pub fn measure_rounds<E>(
     clock: &dyn Clock,
     settings: &Settings,
     policy: Policy,
     failed: Vec<Option<E>>,
+    turn: &mut dyn FnMut(usize),
     repeat: &mut Repeat<'_, E>,
     finished: &mut dyn FnMut(usize, &Result<Timing, E>),
     progress: &mut dyn FnMut(usize, usize),
@@ -387,6 +396,7 @@ pub fn measure_rounds<E>(
         let round_start = clock.now();
         let mut still = Vec::with_capacity(measuring.len());
         for (k, mut p) in measuring {
+            turn(k);
             if let Err(e) = lead_in(clock, settings, k, &mut p, repeat) {
                 end(k, Err(e), &mut results);
                 continue;
@@ -802,7 +812,7 @@ mod tests {
             lead_in: Duration::ZERO,
             ..Settings::models()
         };
-        let t = time_in_rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
+        let t = time_in_rounds(&[None, None], &s, &clock, &mut |_| {}, &mut run, &|_, _| {});
         let order = order.into_inner();
         // Alternating, the same number of runs each.
         assert_eq!(&order[..4], [0, 1, 0, 1]);
@@ -835,7 +845,7 @@ mod tests {
             clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
             Ok(t)
         };
-        let t = time_in_rounds(&[None, None], &s, &clock, &mut run, &|_, _| {});
+        let t = time_in_rounds(&[None, None], &s, &clock, &mut |_| {}, &mut run, &|_, _| {});
         let (a, b) = (t[0].as_ref().unwrap(), t[1].as_ref().unwrap());
         assert!(a.iter().all(|&x| x == 2e-3), "{a:?}");
         assert!(b.iter().all(|&x| x == 50e-3), "{b:?}");
@@ -857,6 +867,38 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_begins_before_the_lead_in_and_its_wait_is_not_part_of_it() {
+        // Before each turn the caller waits 40 ms (for another pool's threads to go quiet),
+        // longer than the lead-in. Were the wait inside the first lead-in run, the lead-in
+        // would end after that one run; it must make its own runs whatever the wait took.
+        let clock = Fake(Cell::new(Duration::ZERO));
+        let tick = |ms: u64| clock.0.set(clock.0.get() + Duration::from_millis(ms));
+        let log = std::cell::RefCell::new(Vec::new());
+        let s = Settings::models();
+        let t = time_in_rounds(
+            &[None, None],
+            &s,
+            &clock,
+            &mut |k| {
+                log.borrow_mut().push(format!("turn {k}"));
+                tick(40);
+            },
+            &mut |k| {
+                log.borrow_mut().push(format!("run {k}"));
+                tick(2);
+                Ok(2e-3)
+            },
+            &|_, _| {},
+        );
+        assert_eq!(t[0].as_ref().unwrap().len(), s.min_repeats);
+        let log = log.into_inner();
+        let runs = LEAD_IN_MAX_CALLS as usize + 1;
+        let turn = |k: usize| [vec![format!("turn {k}")], vec![format!("run {k}"); runs]].concat();
+        assert_eq!(log.len(), 2 * s.min_repeats * (runs + 1));
+        assert_eq!(log[..2 * (runs + 1)], [turn(0), turn(1)].concat()[..]);
+    }
+
+    #[test]
     fn rounds_stop_when_settled_or_out_of_budget_and_failures_leave() {
         let clock = Fake(Cell::new(Duration::ZERO));
         let tick = |ms: f64| {
@@ -873,6 +915,7 @@ mod tests {
             &[None, None],
             &s,
             &clock,
+            &mut |_| {},
             &mut |_| {
                 tick(5.0);
                 Ok(5e-3)
@@ -887,6 +930,7 @@ mod tests {
             &[None, Some("no".into()), None],
             &s,
             &clock,
+            &mut |_| {},
             &mut |k| {
                 calls[k] += 1;
                 tick(5.0);
@@ -909,6 +953,7 @@ mod tests {
             &[None, None],
             &s,
             &clock,
+            &mut |_| {},
             &mut |_| {
                 runs += 1;
                 let secs = 0.5 * ((runs - 1) / 2 + 1) as f64;
@@ -927,6 +972,7 @@ mod tests {
             &[None],
             &short,
             &clock,
+            &mut |_| {},
             &mut |_| {
                 tick(3000.0);
                 Ok(3.0)

@@ -424,6 +424,55 @@ fn conv2d_shape_classes() {
     }
 }
 
+/// A partition of several convolutions, one of them of the size that goes to oneDNN's
+/// Winograd algorithm (3 × 3, 64 channels, 28 × 28: `dnnl::plan::winograd_suits`), the others
+/// then laid out in its 16-channel blocks where their channels allow (a 1 × 1 convolution of
+/// 64 channels, a 3 × 3 one at stride 2) and not where they do not (8 output channels, a
+/// grouped one), with a residual sum: every layout change between them must keep the values.
+/// Where oneDNN has no Winograd kernel (no AVX-512) the same partition runs direct.
+#[test]
+fn winograd_convolutions_among_blocked_and_plain_ones() {
+    let lib = dnnl(2);
+    let x = t4(1, 64, 28, 28);
+    let text = format!(
+        "#[version = \"0.0.5\"]\n\
+         def @part(%p0: {x}, %p1: {w3}, %p2: {b64}, %p3: {w1}, %p4: {w3s}, %p5: {wg}, %p6: {w8}, \
+         Primitive=1, Compiler=\"dnnl\", global_symbol=\"part\") {{\n  \
+         %0 = fn (%a0: {x}, %a1: {w3}, %a2: {b64}, Composite=\"dnnl.conv2d_bias_relu\") {{\n    \
+         nn.relu(add(nn.conv2d(%a0, %a1, padding=[1, 1, 1, 1]), %a2))\n  }};\n  \
+         %1 = %0(%p0, %p1, %p2);\n  \
+         %2 = fn (%a0: {x}, %a1: {w1}, %a2: {x}, Composite=\"dnnl.conv2d_bias_sum\") {{\n    \
+         add(nn.conv2d(%a0, %a1), %a2)\n  }};\n  \
+         %3 = %2(%1, %p3, %p0);\n  \
+         %4 = fn (%a0: {x}, %a1: {w3s}, Composite=\"dnnl.conv2d\") {{\n    \
+         nn.conv2d(%a0, %a1, strides=[2, 2], padding=[1, 1, 1, 1])\n  }};\n  \
+         %5 = %4(%3, %p4);\n  \
+         %6 = fn (%a0: {y}, %a1: {wg}, Composite=\"dnnl.conv2d\") {{\n    \
+         nn.conv2d(%a0, %a1, padding=[1, 1, 1, 1], groups=4)\n  }};\n  \
+         %7 = %6(%5, %p5);\n  \
+         %8 = fn (%a0: {y}, %a1: {w8}, Composite=\"dnnl.conv2d\") {{\n    \
+         nn.conv2d(%a0, %a1)\n  }};\n  \
+         %8(%7, %p6)\n}}\n\
+         def @main(%x: {x}) {{\n  @part(%x, meta[relay.Constant][0] /* ty={w3} */, \
+         meta[relay.Constant][1] /* ty={b64} */, meta[relay.Constant][2] /* ty={w1} */, \
+         meta[relay.Constant][3] /* ty={w3s} */, meta[relay.Constant][4] /* ty={wg} */, \
+         meta[relay.Constant][5] /* ty={w8} */)\n}}\n",
+        w3 = t4(64, 64, 3, 3),
+        b64 = "Tensor[(64, 1, 1), float32]",
+        w1 = t4(64, 64, 1, 1),
+        w3s = t4(64, 64, 3, 3),
+        y = t4(1, 64, 14, 14),
+        wg = t4(64, 16, 3, 3),
+        w8 = t4(8, 64, 1, 1),
+    );
+    agree(
+        "winograd among blocked and plain convolutions",
+        &text,
+        lib,
+        2,
+    );
+}
+
 /// TVM's tails after a convolution with a bias, each as a post-op.
 #[test]
 fn conv2d_each_tail() {

@@ -53,10 +53,12 @@ int main(void) {
     VALUE(dnnl_ba);
     VALUE(dnnl_acb);
     VALUE(dnnl_abdc);
+    VALUE(dnnl_aBcd16b);
     VALUE(dnnl_cpu);
     VALUE(dnnl_stream_default_flags);
     VALUE(dnnl_forward_inference);
     VALUE(dnnl_convolution_direct);
+    VALUE(dnnl_convolution_winograd);
     VALUE(dnnl_deconvolution_direct);
     VALUE(dnnl_eltwise_relu);
     VALUE(dnnl_eltwise_tanh);

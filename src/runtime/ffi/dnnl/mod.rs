@@ -99,6 +99,8 @@ pub mod sys {
     pub const TAG_ACB: c_int = 17;
     /// `dnnl_abdc`.
     pub const TAG_ABDC: c_int = 15;
+    /// `dnnl_aBcd16b` (`dnnl_nChw16c`).
+    pub const TAG_A_B16_CD: c_int = 69;
 
     /// `dnnl_cpu`.
     pub const ENGINE_CPU: c_int = 1;
@@ -109,6 +111,8 @@ pub mod sys {
 
     /// `dnnl_convolution_direct`.
     pub const CONVOLUTION_DIRECT: c_int = 1;
+    /// `dnnl_convolution_winograd`.
+    pub const CONVOLUTION_WINOGRAD: c_int = 2;
     /// `dnnl_deconvolution_direct`.
     pub const DECONVOLUTION_DIRECT: c_int = 10;
     /// `dnnl_eltwise_relu` (alpha: negative slope).
@@ -518,6 +522,8 @@ impl Tag {
     pub const BA: Tag = Tag(sys::TAG_BA);
     /// `acb`.
     pub const ACB: Tag = Tag(sys::TAG_ACB);
+    /// `dnnl_aBcd16b`: 4-D with the second axis in blocks of 16 (`nChw16c`).
+    pub const A_B16_CD: Tag = Tag(sys::TAG_A_B16_CD);
     /// `abdc`.
     pub const ABDC: Tag = Tag(sys::TAG_ABDC);
 
@@ -656,6 +662,9 @@ pub struct Convolution<'a> {
     pub pad_r: &'a [i64],
     /// A transposed convolution (`dnnl_deconvolution_direct`).
     pub transposed: bool,
+    /// Winograd's algorithm (`dnnl_convolution_winograd`) instead of the direct one; oneDNN
+    /// refuses it where it has no implementation (not transposed only).
+    pub winograd: bool,
 }
 
 /// The loaded oneDNN library; cheap to clone.
@@ -879,7 +888,11 @@ impl Dnnl {
         } else {
             (
                 self.api.dnnl_dilated_convolution_forward_desc_init,
-                sys::CONVOLUTION_DIRECT,
+                if c.winograd {
+                    sys::CONVOLUTION_WINOGRAD
+                } else {
+                    sys::CONVOLUTION_DIRECT
+                },
             )
         };
         OpDesc::new::<sys::ConvolutionDesc>("convolution", |p| {

@@ -60,7 +60,7 @@ pub struct Settings {
 }
 
 /// The most untimed lead-in calls before one timed repeat ([`Settings::lead_in`]).
-pub const LEAD_IN_MAX_CALLS: u32 = 5;
+pub const LEAD_IN_MAX_CALLS: u32 = 20;
 
 impl Settings {
     /// For candidates with cold weights (the default; `--cold-candidates`): 20 ms of warm-up,
@@ -98,7 +98,7 @@ impl Settings {
     }
 
     /// For whole models (`collage bench`): one warm-up call, one timed call per repeat after
-    /// 30 ms of untimed lead-in calls of the same model, 5 to 15 repeats, stop at 2 % spread,
+    /// 100 ms of untimed lead-in calls of the same model (at most 20), 5 to 15 repeats, stop at 2 % spread,
     /// 20 s per model.
     pub fn models() -> Settings {
         Settings {
@@ -109,7 +109,7 @@ impl Settings {
             max_spread: 0.02,
             budget: Duration::from_secs(20),
             cold: false,
-            lead_in: Duration::from_millis(30),
+            lead_in: Duration::from_millis(100),
         }
     }
 }
@@ -827,7 +827,7 @@ mod tests {
     #[test]
     fn each_timed_run_follows_its_own_lead_in() {
         // Placement 0 takes 4 ms a run after the other one ran and 2 ms when it ran just
-        // before (a cold start after a pause); placement 1 takes 50 ms, longer than the
+        // before (a cold start after a pause); placement 1 takes 150 ms, longer than the
         // lead-in. Each timed run of 0 follows lead-in runs of 0 itself, so its runs are the
         // warm 2 ms; 1 gets one lead-in run in the first round (nothing known of it yet), none
         // after.
@@ -840,7 +840,7 @@ mod tests {
             let t = match (k, warm) {
                 (0, true) => 2e-3,
                 (0, false) => 4e-3,
-                _ => 50e-3,
+                _ => 150e-3,
             };
             clock.0.set(clock.0.get() + Duration::from_secs_f64(t));
             Ok(t)
@@ -848,11 +848,11 @@ mod tests {
         let t = time_in_rounds(&[None, None], &s, &clock, &mut |_| {}, &mut run, &|_, _| {});
         let (a, b) = (t[0].as_ref().unwrap(), t[1].as_ref().unwrap());
         assert!(a.iter().all(|&x| x == 2e-3), "{a:?}");
-        assert!(b.iter().all(|&x| x == 50e-3), "{b:?}");
+        assert!(b.iter().all(|&x| x == 150e-3), "{b:?}");
         let log = log.into_inner();
-        // Round one: 0 runs once cold (4 ms), then warm until 30 ms have passed or five lead-in
-        // runs are made (4 + 4 x 2 = 12 ms, so five), then its timed run; 1 runs once untimed
-        // and once timed.
+        // Round one: 0 runs once cold (4 ms), then warm until 100 ms have passed or twenty
+        // lead-in runs are made (4 + 19 x 2 = 42 ms, so twenty), then its timed run; 1 runs
+        // once untimed and once timed.
         let lead = LEAD_IN_MAX_CALLS as usize;
         assert_eq!(
             log[..lead + 3],

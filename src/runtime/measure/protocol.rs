@@ -98,8 +98,8 @@ impl Settings {
     }
 
     /// For whole models (`collage bench`): one warm-up call, one timed call per repeat after
-    /// 100 ms of untimed lead-in calls of the same model (at most 20), 5 to 15 repeats, stop at 2 % spread,
-    /// 20 s per model.
+    /// 100 ms of untimed lead-in calls of the same model (at most 20), 5 to 15 repeats, stop
+    /// at 2 % spread, 20 s per model.
     pub fn models() -> Settings {
         Settings {
             warmup: Duration::ZERO,

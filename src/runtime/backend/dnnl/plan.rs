@@ -186,29 +186,28 @@ fn unsupported(e: ffi::Error, what: &str) -> Reason {
 /// layers (64 to 512 channels, 56 × 56 to 7 × 7) and 0.5-0.7 on wider ones; it was slower with
 /// 16 or 32 channels (1.2-3x) and on par at 64 channels on 14 × 14 planes, where its
 /// transforms weigh as much as the products they save.
-fn winograd_suits(c: &Conv, out: &[i64]) -> bool {
-    let square3 = c.weight_shape.len() == 4 && c.weight_shape[2..] == [3, 3];
+fn winograd_suits(c: &Conv) -> bool {
+    let &[o, i, 3, 3] = c.weight_shape.as_slice() else {
+        return false;
+    };
     let plain = !c.transposed
         && c.groups == 1
         && c.strides.iter().all(|&s| s == 1)
         && c.dilates.iter().all(|&d| d == 0);
-    let (o, i) = (
-        c.weight_shape[0] as i64,
-        c.weight_shape.get(1).copied().unwrap_or(0) as i64,
-    );
-    let per_tap = out
+    let (o, i) = (o as i64, i as i64);
+    let per_tap = dims_i64(&c.out_shape)
         .iter()
         .skip(2)
         .product::<i64>()
         .saturating_mul(i)
         .saturating_mul(o);
-    square3 && plain && i >= 64 && o >= 64 && per_tap >= 1 << 21
+    plain && i >= 64 && o >= 64 && per_tap >= 1 << 21
 }
 
 /// Whether any convolution of the partition goes to Winograd's algorithm.
 fn has_winograd(comps: &[Composite]) -> bool {
     comps.iter().any(|c| match &c.anchor {
-        Anchor::Conv(conv) => winograd_suits(conv, &dims_i64(&conv.out_shape)),
+        Anchor::Conv(conv) => winograd_suits(conv),
         _ => false,
     })
 }
@@ -677,7 +676,7 @@ impl Builder<'_> {
         };
         // Winograd's algorithm where it pays, the direct one where oneDNN has no Winograd
         // implementation (no AVX-512, another data type, a post-op it does not take).
-        let pd = match winograd_suits(c, &dst_dims) {
+        let pd = match winograd_suits(c) {
             true => primitive(true).or_else(|_| primitive(false))?,
             false => primitive(false)?,
         };
@@ -1487,33 +1486,29 @@ mod tests {
         }
     }
 
-    fn suits(c: &Conv) -> bool {
-        winograd_suits(c, &dims_i64(&c.out_shape))
-    }
-
     #[test]
     fn winograd_takes_resnet_sized_3x3_layers_only() {
         // ResNet-50's stride-1 3 × 3 layers.
         for (ch, hw) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
-            assert!(suits(&conv(ch, ch, hw, 3, 1, 1)), "{ch} {hw}");
+            assert!(winograd_suits(&conv(ch, ch, hw, 3, 1, 1)), "{ch} {hw}");
         }
         // Few channels, small planes, other windows, strides, groups, dilation, transposed.
-        assert!(!suits(&conv(32, 32, 112, 3, 1, 1)));
-        assert!(!suits(&conv(64, 64, 14, 3, 1, 1)));
-        assert!(!suits(&conv(64, 64, 56, 1, 1, 1)));
-        assert!(!suits(&conv(64, 64, 56, 5, 1, 1)));
-        assert!(!suits(&conv(128, 128, 56, 3, 2, 1)));
-        assert!(!suits(&conv(128, 128, 56, 3, 1, 2)));
-        assert!(!suits(&conv(128, 128, 56, 3, 1, 128)));
+        assert!(!winograd_suits(&conv(32, 32, 112, 3, 1, 1)));
+        assert!(!winograd_suits(&conv(64, 64, 14, 3, 1, 1)));
+        assert!(!winograd_suits(&conv(64, 64, 56, 1, 1, 1)));
+        assert!(!winograd_suits(&conv(64, 64, 56, 5, 1, 1)));
+        assert!(!winograd_suits(&conv(128, 128, 56, 3, 2, 1)));
+        assert!(!winograd_suits(&conv(128, 128, 56, 3, 1, 2)));
+        assert!(!winograd_suits(&conv(128, 128, 56, 3, 1, 128)));
         let mut dilated = conv(128, 128, 56, 3, 1, 1);
         dilated.dilates = vec![1, 1];
-        assert!(!suits(&dilated));
+        assert!(!winograd_suits(&dilated));
         let mut transposed = conv(128, 128, 56, 3, 1, 1);
         transposed.transposed = true;
-        assert!(!suits(&transposed));
+        assert!(!winograd_suits(&transposed));
         // A 1-D or 3-D window is not one oneDNN's Winograd takes.
         let mut one_d = conv(128, 128, 56, 3, 1, 1);
         one_d.weight_shape = vec![128, 128, 3];
-        assert!(!suits(&one_d));
+        assert!(!winograd_suits(&one_d));
     }
 }

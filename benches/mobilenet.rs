@@ -1,4 +1,5 @@
-//! MobileNetV2's depthwise and pointwise convolutions and ResNet-50's pointwise ones
+//! MobileNetV2's depthwise and pointwise convolutions and ResNet-50's pointwise and stride-1
+//! 3 × 3 ones
 //! (torchvision's shapes, batch 1, `NCHW`, each with the epilogue the model gives it after
 //! batch norm is folded: bias and `clip(0, 6)`, or bias alone on MobileNetV2's projections;
 //! bias and `relu`, or bias, the block's input added back and `relu` on ResNet-50's) as
@@ -55,7 +56,7 @@ struct Conv {
 
 impl Conv {
     fn depthwise(&self) -> bool {
-        self.k > 1
+        self.model == "dw"
     }
 
     fn name(&self) -> String {
@@ -66,6 +67,9 @@ impl Conv {
             "{}/{}-{} {}x{}",
             self.model, self.c, self.o, self.hw, self.hw
         );
+        if self.k > 1 {
+            name.push_str(&format!(" {0}x{0}", self.k));
+        }
         if self.stride > 1 {
             name.push_str(&format!(" s{}", self.stride));
         }
@@ -193,8 +197,23 @@ fn rn(c: usize, o: usize, hw: usize, stride: usize, sum: bool) -> Conv {
     }
 }
 
+/// A stride-1 3 × 3 convolution of ResNet-50 (bias and `relu`): the shapes whose oneDNN
+/// partitions take Winograd's algorithm where oneDNN has it (`docs/backends.md`, "Winograd
+/// convolutions"); generated code takes the implicit GEMM.
+fn rn3(c: usize, hw: usize) -> Conv {
+    Conv {
+        c,
+        o: c,
+        hw,
+        k: 3,
+        stride: 1,
+        epi: Epi::Relu,
+        model: "rn",
+    }
+}
+
 /// Every depthwise and pointwise shape of MobileNetV2 (expansions with clip, projections with
-/// bias alone), and ResNet-50's pointwise shapes: per stage the first
+/// bias alone), ResNet-50's stride-1 3 × 3 shapes, and its pointwise shapes: per stage the first
 /// reduction, the expansion with the sum, the later reductions, and the downsampling (stride 2
 /// from the second stage on; its `relu` comes after the sum in the model, here it stands for
 /// the projection's bias).
@@ -229,6 +248,10 @@ fn convs() -> Vec<Conv> {
         pw(960, 160, 7, false),
         pw(960, 320, 7, false),
         pw(320, 1280, 7, true),
+        rn3(64, 56),
+        rn3(128, 28),
+        rn3(256, 14),
+        rn3(512, 7),
         rn(64, 64, 56, 1, false),
         rn(64, 256, 56, 1, true),
         rn(256, 64, 56, 1, false),

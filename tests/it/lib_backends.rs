@@ -1490,6 +1490,53 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
     assert!(copies >= 1, "the second sum copies its summand");
 }
 
+/// What a cold candidate evicts before each call of a oneDNN partition
+/// (`Prepared::resident`): its weights, as given and as reordered once, but not the
+/// activations between its primitives, which every kernel of a model writes and reads and
+/// which are as warm inside a model as the activations between kernels.
+#[test]
+fn a_partition_keeps_its_weights_resident_but_not_its_activations() {
+    let c = |i: usize, t: &str| format!("meta[relay.Constant][{i}] /* ty=Tensor[{t}, float32] */");
+    // 1 x 1 convolutions of 8 channels over 64 x 64 pixels: 256-byte weights, 128 KiB
+    // activations.
+    let text = format!(
+        "#[version = \"0.0.5\"]\n\
+         def @part(%p0: Tensor[(1, 8, 64, 64), float32], Primitive=1, Compiler=\"dnnl\", global_symbol=\"part\") {{\n  \
+         %0 = fn (%a0: Tensor[(1, 8, 64, 64), float32], Composite=\"dnnl.conv2d_bias_relu\") {{\n    \
+         nn.relu(nn.bias_add(nn.conv2d(%a0, {w0}, channels=8, kernel_size=[1, 1]), {b0}))\n  }};\n  \
+         %1 = fn (%b0: Tensor[(1, 8, 64, 64), float32], Composite=\"dnnl.conv2d_bias_relu\") {{\n    \
+         nn.relu(nn.bias_add(nn.conv2d(%b0, {w1}, channels=8, kernel_size=[1, 1]), {b1}))\n  }};\n  \
+         %2 = fn (%c0: Tensor[(1, 8, 64, 64), float32], Composite=\"dnnl.conv2d_bias_relu\") {{\n    \
+         nn.relu(nn.bias_add(nn.conv2d(%c0, {w2}, channels=8, kernel_size=[1, 1]), {b2}))\n  }};\n  \
+         %2(%1(%0(%p0)))\n}}\n\
+         def @main(%x: Tensor[(1, 8, 64, 64), float32]) {{\n  @part(%x)\n}}\n",
+        w0 = c(0, "(8, 8, 1, 1)"),
+        b0 = c(1, "(8)"),
+        w1 = c(2, "(8, 8, 1, 1)"),
+        b1 = c(3, "(8)"),
+        w2 = c(4, "(8, 8, 1, 1)"),
+        b2 = c(5, "(8)"),
+    );
+    agree("three convolutions", &text, dnnl(2), 2);
+    let m = load_text_ok("resident", &text);
+    let opts = Options {
+        threads: 2,
+        backends: Backends {
+            list: vec![dnnl(2)],
+        },
+        grouping: None,
+    };
+    let (_, x) = run_model(&m, &Weights::new(1), &opts, None);
+    assert_eq!(x.kernels().len(), 1, "one oneDNN kernel");
+    let mut sizes = Vec::new();
+    x.resident(&mut |b| sizes.push(b.len()));
+    let total: usize = sizes.iter().sum();
+    // Three weights and three biases (the constants), and at most the reordered copies of
+    // the weights: a few KiB, and no buffer as large as an activation.
+    assert!(sizes.len() >= 6, "resident buffers {sizes:?}");
+    assert!(total < 16 << 10, "resident buffers {sizes:?}");
+}
+
 /// Two residual blocks in one partition, as a ResNet's identity blocks: the block's input
 /// feeds its first convolution and the `sum` of its last. Once the first convolution has read
 /// it, the `sum` accumulates into it in place instead of into a copy: into the reorder of the

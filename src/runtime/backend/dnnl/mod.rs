@@ -188,7 +188,25 @@ struct State {
     /// The scratchpad memory of each step that needs one.
     scratch: Vec<Option<Memory>>,
     buffers_kept: Vec<Buffer>,
-    scratch_kept: Option<Buffer>,
+    /// The scratchpad's bytes (kept alive: the scratchpad memory objects point into them).
+    _scratch_kept: Option<Buffer>,
+}
+
+/// Which of a prepared kernel's buffers hold weights: the destinations of the reorders done
+/// once, when it was prepared (the others hold activations between its primitives).
+fn weight_buffers(plan: &Plan, setup: &[usize]) -> Vec<usize> {
+    let mut out: Vec<usize> = setup
+        .iter()
+        .flat_map(|&s| plan.steps[s].args.iter())
+        .filter(|(a, _)| *a == sys::ARG_TO)
+        .filter_map(|&(_, v)| match plan.storage[plan.root(v)] {
+            Storage::Buffer(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// A kernel bound to one call site.
@@ -200,6 +218,8 @@ pub struct DnnlPrepared {
     _consts: Vec<Option<Arc<Tensor>>>,
     /// The steps that run on every call.
     run_steps: Vec<usize>,
+    /// The buffers that hold weights reordered when the kernel was prepared.
+    weights_kept: Vec<usize>,
     /// Memory objects rebound on every call: (step, argument, source).
     rebinds: Vec<(usize, usize, Rebind)>,
     state: Mutex<State>,
@@ -303,6 +323,7 @@ impl DnnlKernel {
             omp: self.omp.clone(),
             threads: self.threads,
             _consts: consts.to_vec(),
+            weights_kept: weight_buffers(plan, &setup),
             run_steps,
             rebinds,
             state: Mutex::new(State {
@@ -310,7 +331,7 @@ impl DnnlKernel {
                 mems,
                 scratch,
                 buffers_kept: buffers,
-                scratch_kept: scratch_buf,
+                _scratch_kept: scratch_buf,
             }),
         })
     }
@@ -441,11 +462,18 @@ impl Prepared for DnnlPrepared {
         true
     }
 
+    /// The call site's constants, the plan's own (folded) constants and the weights reordered
+    /// once: what a whole model last touched a run ago. The buffers between the region's
+    /// primitives and the scratchpad are not listed: every kernel of a model writes and reads
+    /// such memory, so it is as warm inside a model as the activations between kernels.
     fn resident(&self, f: &mut dyn FnMut(&[u8])) {
         crate::runtime::exec::kernel::constants_resident(&self._consts, f);
+        for c in &self.plan.consts {
+            f(c.bytes());
+        }
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        for b in state.buffers_kept.iter().chain(&state.scratch_kept) {
-            f(b.bytes());
+        for &b in &self.weights_kept {
+            f(state.buffers_kept[b].bytes());
         }
     }
 }

@@ -394,6 +394,56 @@ fn corpus_partitions_round_trip_with_every_target() {
     }
 }
 
+/// A chain of inverted-residual layers as MobileNetV2 has them (convolution, bias, clip; a
+/// depthwise convolution, bias, clip; a projection without clip), longer than `dnnl`'s depth
+/// limit: its greedy regions are one, as TVM's `partition_for_dnnl` makes it. Unions of
+/// composites taken largest first used to end at a bias and leave its clip to native code,
+/// which split the region at every such clip.
+#[test]
+fn greedy_regions_take_whole_composites_before_unions() {
+    let mut body = String::new();
+    let mut params = String::from("%x: Tensor[(1, 8, 8, 8), float32]");
+    let mut prev = "%x".to_string();
+    for l in 0..4 {
+        params.push_str(&format!(
+            ", %we{l}: Tensor[(16, 8, 1, 1), float32], %be{l}: Tensor[(16), float32],              %wd{l}: Tensor[(16, 1, 3, 3), float32], %bd{l}: Tensor[(16), float32],              %wp{l}: Tensor[(8, 16, 1, 1), float32], %bp{l}: Tensor[(8), float32]"
+        ));
+        let (e, d, p) = (3 * l, 3 * l + 1, 3 * l + 2);
+        body.push_str(&format!(
+            "  %{e} = clip(nn.bias_add(nn.conv2d({prev}, %we{l}, channels=16, \
+             kernel_size=[1, 1]), %be{l}), a_min=0f, a_max=6f);\n  \
+             %{d} = clip(nn.bias_add(nn.conv2d(%{e}, %wd{l}, padding=[1, 1], groups=16, \
+             channels=16, kernel_size=[3, 3]), %bd{l}), a_min=0f, a_max=6f);\n  \
+             %{p} = nn.bias_add(nn.conv2d(%{d}, %wp{l}, channels=8, kernel_size=[1, 1]), \
+             %bp{l});\n"
+        ));
+        prev = format!("%{p}");
+    }
+    let m = model_text(&format!(
+        "#[version = \"0.0.5\"]\ndef @main({params}) {{\n{body}  {prev}\n}}\n"
+    ));
+    let g = DataflowGraph::new(&m, m.main().unwrap());
+    let program = library_with(&|t| t.name == "dnnl");
+    let limits = partition::Options::default().limits;
+    let candidates = collage::planning::enumerate::enumerate(&g, &program, &limits)
+        .expect("within the limits")
+        .candidates;
+    let own: Vec<usize> = (0..candidates.len()).collect();
+    let config = collage::planning::enumerate::region_limits(&program.targets[0], &limits);
+    let regions = partition::greedy::regions(&g, &candidates, &own, &config);
+    let calls = (0..g.len()).filter(|&i| g.is_op_call(i)).count();
+    // 4 layers of 8 operator calls, deeper than the depth limit of `dnnl`'s candidates.
+    assert_eq!(calls, 32);
+    assert!(candidates
+        .iter()
+        .all(|c| c.sub_graph.inside.count() < calls));
+    assert_eq!(regions.len(), 1, "{} greedy regions", regions.len());
+    match &regions[0] {
+        partition::greedy::Region::Union(u) => assert_eq!(u.inside.count(), calls),
+        partition::greedy::Region::Candidate(k) => panic!("one candidate {k} taken alone"),
+    }
+}
+
 #[test]
 fn never_worse_than_greedy_for_each_byoc_target() {
     let lib = crate::enumerate::library();

@@ -1,5 +1,6 @@
-//! Greedy `partition_for_X`-style regions of one BYOC target: its candidates, largest first,
-//! taken while they do not overlap what is already taken, then touching regions merged while
+//! Greedy `partition_for_X`-style regions of one BYOC target: its candidates that hold at most
+//! one composite function, largest first, taken while they do not overlap what is already
+//! taken, then its unions of composites on what is left, then touching regions merged while
 //! their union stays within the target's limits (TVM's `MergeCompilerRegions`, bounded as the
 //! target's rules are: convex, in one basic block, within the depth limit and the exits and
 //! taps of its `only_valid`; see [`crate::planning::enumerate::target_limits`]). The regions define the
@@ -21,6 +22,9 @@ pub enum Region {
 
 /// What the greedy regions sort a target's candidates by.
 struct Key {
+    /// Whether the candidate is a union of several composites: such candidates are taken
+    /// after the single ones.
+    union: bool,
     /// Inside nodes.
     size: usize,
     /// The first inside node.
@@ -31,6 +35,19 @@ struct Key {
     k: usize,
 }
 
+/// How many `Composite` functions a sub-graph holds, at any depth of its nesting.
+fn composites(sg: &SubGraph) -> usize {
+    sg.nested
+        .iter()
+        .map(
+            |(n, attrs)| match attrs.iter().any(|(k, _)| k == "Composite") {
+                true => 1,
+                false => composites(n),
+            },
+        )
+        .sum()
+}
+
 /// The greedy regions of one BYOC target, grown within its `limits`, in node order, from its
 /// candidates `own` (indices into `candidates`).
 pub fn regions(
@@ -39,11 +56,11 @@ pub fn regions(
     own: &[usize],
     limits: &SubGraphConfig,
 ) -> Vec<Region> {
-    // Largest first, then in node order. Each candidate's size, first node and inside words
-    // are copied out in one pass over the candidates, so that sorting and picking read this
-    // compact copy rather than the candidates themselves (which grow past the caches on large
-    // models); only candidates with the same nodes are compared through the candidates (by
-    // rule name).
+    // Single composites before unions, largest first, then in node order. Each candidate's
+    // size, first node and inside words are copied out in one pass over the candidates, so
+    // that sorting and picking read this compact copy rather than the candidates themselves
+    // (which grow past the caches on large models); only candidates with the same nodes are
+    // compared through the candidates (by rule name).
     let mut words: Vec<(u32, u64)> = Vec::new();
     let mut mine: Vec<Key> = Vec::with_capacity(own.len());
     for &k in own {
@@ -55,15 +72,21 @@ pub fn regions(
         let start = words.len();
         words.extend_from_slice(inside.words());
         mine.push(Key {
+            union: composites(&candidates[k].sub_graph) > 1,
             size: inside.count(),
             first,
             words: start..words.len(),
             k,
         });
     }
+    // Single composites first, as TVM's `MergeComposite` matches them before the regions are
+    // merged: a union taken first can end inside a fusable chain (a convolution and its bias,
+    // without the clip after them) and leave a node that no composite of the target starts
+    // with, which then splits the region (MobileNetV2's blocks on `dnnl`).
     mine.sort_by(|a, b| {
-        b.size
-            .cmp(&a.size)
+        a.union
+            .cmp(&b.union)
+            .then(b.size.cmp(&a.size))
             .then(a.first.cmp(&b.first))
             .then_with(|| words_cmp(&words[a.words.clone()], &words[b.words.clone()]))
             // Sets over one graph with the same words are the same set.

@@ -59,7 +59,7 @@ pub fn output_diff_json(
 pub fn summary_line(m: &Measure) -> String {
     let c = m.counters();
     format!(
-        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s), {} candidates; cache `{}`",
+        "measure: {} timed, {} invalid, {} from the cache, {} left to the next estimator; compiling {:.1} s, timing {:.1} s; {} thread(s), {} candidates{}; cache `{}`",
         c.measured,
         c.invalid,
         c.cached,
@@ -68,6 +68,13 @@ pub fn summary_line(m: &Measure) -> String {
         c.measure_seconds,
         m.config().threads,
         m.candidate_timing(),
+        match m.weights_kept() {
+            Some(b) => format!(
+                ", weights kept (the model's {:.1} MiB fit in half the last-level cache)",
+                b as f64 / (1 << 20) as f64
+            ),
+            None => String::new(),
+        },
         m.database().display()
     )
 }
@@ -84,6 +91,7 @@ pub fn summary_json(m: &Measure) -> serde_json::Value {
         "measure_seconds": c.measure_seconds,
         "threads": m.config().threads,
         "candidates": m.candidate_timing(),
+        "weights_kept": m.weights_kept().is_some(),
         "database": m.database().display().to_string(),
         "backends": m.setup().names(),
     })

@@ -339,7 +339,8 @@ impl Measure {
         // Each executable's buffers stay where they are while it lives. Cold timing evicts
         // the candidate's inputs, which inside a model the kernels before it have just written
         // (on both cores, or out to the last-level cache), and its weights unless the whole
-        // model stays in the last-level cache (docs/measure.md, "Why cold weights").
+        // model stays in the last-level cache (docs/measure.md, "Why the inputs, and when the
+        // weights stay").
         let ranges: Vec<Vec<flush::Range>> = cs
             .iter()
             .map(|c| {
@@ -398,7 +399,7 @@ pub fn model_bytes(g: &DataflowGraph<'_>) -> u64 {
 /// leaves room for what the cache's associativity and the machine's other programs (on a virtual
 /// machine, other guests) take. Then cold timing evicts nothing: evicting weights that a run of
 /// the model finds in the cache charged MobileNetV2 as one oneDNN partition 4.9-7.3 ms where it
-/// runs in 3.2-3.5 ms (docs/measure.md, "Why cold weights").
+/// runs in 3.1-3.5 ms (docs/measure.md, "Why the inputs, and when the weights stay").
 pub fn weights_stay(bytes: u64, llc: Option<u64>) -> bool {
     llc.is_some_and(|l| bytes <= l / 2)
 }

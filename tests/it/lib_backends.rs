@@ -471,6 +471,25 @@ fn winograd_convolutions_among_blocked_and_plain_ones() {
         lib,
         2,
     );
+    // The first convolution, and only it, runs oneDNN's Winograd kernel where it has one.
+    use collage::runtime::backend::dnnl::plan;
+    let m = load_text_ok("winograd", &text);
+    let w = Weights::new(1);
+    let mw = w.for_module(&m);
+    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
+    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
+    let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
+    let impls: Vec<&str> = p
+        .steps
+        .iter()
+        .filter(|s| s.what == "convolution")
+        .map(|s| s.impl_name.as_str())
+        .collect();
+    assert_eq!(impls.len(), 5, "{impls:?}");
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        assert!(impls[0].contains("wino"), "{impls:?}");
+    }
+    assert!(impls[1..].iter().all(|i| !i.contains("wino")), "{impls:?}");
 }
 
 /// TVM's tails after a convolution with a bias, each as a post-op.

@@ -35,19 +35,6 @@ struct Key {
     k: usize,
 }
 
-/// How many `Composite` functions a sub-graph holds, at any depth of its nesting.
-fn composites(sg: &SubGraph) -> usize {
-    sg.nested
-        .iter()
-        .map(
-            |(n, attrs)| match attrs.iter().any(|(k, _)| k == "Composite") {
-                true => 1,
-                false => composites(n),
-            },
-        )
-        .sum()
-}
-
 /// The greedy regions of one BYOC target, grown within its `limits`, in node order, from its
 /// candidates `own` (indices into `candidates`).
 pub fn regions(
@@ -72,7 +59,7 @@ pub fn regions(
         let start = words.len();
         words.extend_from_slice(inside.words());
         mine.push(Key {
-            union: composites(&candidates[k].sub_graph) > 1,
+            union: candidates[k].sub_graph.composites().len() > 1,
             size: inside.count(),
             first,
             words: start..words.len(),

@@ -106,9 +106,9 @@ pub struct Measure {
     protocol: String,
     /// The last-level cache's size, read once for cold timing (`None` when warm or unknown).
     llc: Option<u64>,
-    /// The bytes of the last model measured for, and whether its weights stay in the
-    /// last-level cache from one run to the next ([`weights_stay`]).
-    model: Mutex<Option<(u64, bool)>>,
+    /// The bytes of the last model measured for, when its weights stay in the last-level
+    /// cache from one run to the next ([`weights_stay`]) and cold timing keeps them.
+    kept: Mutex<Option<u64>>,
     db: Mutex<Option<Db>>,
     opened: Opened,
     counters: Mutex<Counters>,
@@ -145,7 +145,7 @@ impl Measure {
             setup,
             protocol,
             llc,
-            model: Mutex::new(None),
+            kept: Mutex::new(None),
             db: Mutex::new(Some(db)),
             opened,
             counters: Mutex::new(Counters::default()),
@@ -178,11 +178,7 @@ impl Measure {
     /// The bytes of the model last measured for, when cold timing kept its weights in the
     /// caches because they fit ([`weights_stay`]).
     pub fn weights_kept(&self) -> Option<u64> {
-        let model = *self.model.lock().unwrap_or_else(|p| p.into_inner());
-        match model {
-            Some((bytes, true)) if self.cfg.settings.cold => Some(bytes),
-            _ => None,
-        }
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether cold timing keeps the weights of `g`'s candidates in the caches, and notes the
@@ -193,7 +189,7 @@ impl Measure {
         }
         let bytes = model_bytes(g);
         let keep = weights_stay(bytes, self.llc);
-        *self.model.lock().unwrap_or_else(|p| p.into_inner()) = Some((bytes, keep));
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = keep.then_some(bytes);
         keep
     }
 
@@ -388,9 +384,7 @@ impl Measure {
 /// result).
 pub fn model_bytes(g: &DataflowGraph<'_>) -> u64 {
     (0..g.len())
-        .filter_map(|i| g.expr(i))
-        .filter_map(|e| g.module.ty(e))
-        .map(|t| crate::analysis::work::tensor_bytes(t) as u64)
+        .map(|i| crate::planning::cost::analytic::node_bytes(g, i) as u64)
         .sum()
 }
 

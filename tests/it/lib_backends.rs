@@ -137,6 +137,16 @@ fn agree(what: &str, text: &str, lib: Arc<dyn Backend>, threads: usize) {
     }
 }
 
+/// The oneDNN plan of the partition `@part` of a module in Relay text.
+fn part_plan(what: &str, text: &str) -> collage::runtime::backend::dnnl::plan::Plan {
+    let m = load_text_ok(what, text);
+    let w = Weights::new(1);
+    let mw = w.for_module(&m);
+    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
+    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
+    collage::runtime::backend::dnnl::plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap()
+}
+
 /// A partition of one composite called from `@main`: `params` are (type, whether `@main`
 /// passes a constant); the composite's parameters are `%a0`, `%a1`, ... in the body.
 fn partition(compiler: &str, composite: &str, params: &[(&str, bool)], body: &str) -> String {
@@ -472,13 +482,7 @@ fn winograd_convolutions_among_blocked_and_plain_ones() {
         2,
     );
     // The first convolution, and only it, runs oneDNN's Winograd kernel where it has one.
-    use collage::runtime::backend::dnnl::plan;
-    let m = load_text_ok("winograd", &text);
-    let w = Weights::new(1);
-    let mw = w.for_module(&m);
-    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
-    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
-    let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
+    let p = part_plan("winograd", &text);
     let impls: Vec<&str> = p
         .steps
         .iter()
@@ -1476,13 +1480,8 @@ def @main(%x: Tensor[(1, 16, 14, 14), float32]) {
     for threads in [1, 2] {
         agree("multi-composite partition", text, dnnl(threads), threads);
     }
-    use collage::runtime::backend::dnnl::plan::{self, Base, StepKind, Storage};
-    let m = load_text_ok("multi", text);
-    let w = Weights::new(1);
-    let mw = w.for_module(&m);
-    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
-    let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
-    let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
+    use collage::runtime::backend::dnnl::plan::{Base, StepKind, Storage};
+    let p = part_plan("multi", text);
     let computes = p
         .steps
         .iter()
@@ -1595,13 +1594,10 @@ fn residual_sums_accumulate_in_place() {
     for threads in [1, 2] {
         agree("residual blocks", &input, dnnl(threads), threads);
     }
-    use collage::runtime::backend::dnnl::plan::{self, Base, StepKind, Storage};
-    let m = load_text_ok("residual", &input);
-    let w = Weights::new(1);
-    let mw = w.for_module(&m);
-    let g = collage::runtime::backend::byoc::read(&m, m.def("part").unwrap(), &mw).unwrap();
+    use collage::runtime::backend::dnnl::plan::{Base, StepKind, Storage};
+    let p = part_plan("residual", &input);
     let d = collage::runtime::ffi::dnnl::Dnnl::shared().unwrap();
-    let p = plan::build(&d, &d.engine().unwrap(), &m, &g, &mw).unwrap();
+    let w = Weights::new(1);
     let in_place = p
         .values
         .iter()

@@ -1379,24 +1379,34 @@ def @main(%x: Tensor[(256, 256), float32]) -> Tensor[(1), float32] {
 /// Dense layers through the blocked GEMM (`emit/gemm.rs`): rows split into blocks of equal
 /// tiles (128 rows of 768), a constant weight matrix whose chunks of panels exceed 4 MiB (36
 /// rows of 2048 by 4100 outputs: the blocks grow so that each chunk is read once, the last
-/// panel partial), and a small product with edges on both sides, with a bias, against the
-/// interpreter.
+/// panel partial), a long sum (40 rows of 3072: one block of all five tiles, the rows packed
+/// once for the chunks of panels that share them), and a small product with edges on both
+/// sides, with a bias, against the interpreter.
 #[test]
 fn dense_layers_of_every_blocking_match_the_interpreter() {
-    let texts: Vec<String> = [(128, 768, 200), (36, 2048, 4100), (7, 33, 70)]
-        .iter()
-        .map(|&(m, k, n)| {
-            format!(
-                "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[({m}, {k}), float32], \
+    let texts: Vec<String> = [
+        (128, 768, 200),
+        (36, 2048, 4100),
+        (40, 3072, 96),
+        (7, 33, 70),
+    ]
+    .iter()
+    .map(|&(m, k, n)| {
+        format!(
+            "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[({m}, {k}), float32], \
                  %w: Tensor[({n}, {k}), float32], %b: Tensor[({n}), float32]) {{\n  \
                  add(nn.dense(%x, %w, units={n}), %b)\n}}\n"
-            )
-        })
-        .collect();
+        )
+    })
+    .collect();
     let sources = against_interpreter(&texts).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         sources.contains("_pack0"),
         "the weights were not packed once"
+    );
+    assert!(
+        sources.contains("float* restrict As = "),
+        "no product packed its rows once for all its chunks of panels"
     );
 }
 

@@ -710,6 +710,9 @@ fn blocked(
     // of panels once per block of rows; where a chunk of a constant B is beyond 4 MiB, it no
     // longer stays in L3 from one block to the next, and the blocks grow to 448 KiB (all of
     // GPT-2's 128 rows of 768: its output projection reads its 154 MB of weights once).
+    // A long sum gets blocks of 8 tiles up to 768 KiB, so that each panel of B, itself long,
+    // serves that many rows before the next is read (GPT-2's 128 × 3072 → 768: 2 tiles a
+    // block at 256 KiB, every panel read eight times per call).
     let panels = d.panels();
     let split = |a_floats: usize| {
         let tiles_l2 = (a_floats / d.k.max(1) / d.mr).max(1);
@@ -723,7 +726,7 @@ fn blocked(
         };
         (nmb, mc, nnc)
     };
-    let (nmb, mc, nnc) = match split(64 * 1024) {
+    let (nmb, mc, nnc) = match split((8 * d.mr * d.k).clamp(64 * 1024, 192 * 1024)) {
         (nmb, _, nnc)
             if b_pre.is_some() && nmb > 1 && panels.div_ceil(nnc) * d.k * d.nr * 4 > 4 << 20 =>
         {
@@ -746,6 +749,16 @@ fn blocked(
             "Bs".to_string()
         }
     };
+    // A dynamic A that several chunks of panels read is packed once, by all threads, before
+    // the tasks: packed per task it would be packed once per chunk (GPT-2's 128 × 3072 → 768
+    // in 8 chunks packed its 1.5 MB of rows eight times, with strided stores).
+    let shared_a = a_pre.is_none() && nnc > 1;
+    if shared_a {
+        let off = cx.scratch_total.next_multiple_of(64);
+        cx.scratch_total = off + d.a_size() * 4;
+        cx.line(format!("float* restrict As = (float*)(S + {off}L);"));
+        pack(cx, kind, d, Side::A, "As", Some(&b), par);
+    }
     let (mb, nc) = (cx.fresh("mb"), cx.fresh("nc"));
     if par {
         cx.omp(2);
@@ -776,6 +789,7 @@ fn blocked(
             d.mr,
             d.k * d.mr
         ),
+        None if shared_a => format!("(As + ({m0} / {}L) * {}L)", d.mr, d.k * d.mr),
         None => {
             thread_scratch(cx, "Ap", 0);
             per += mc.div_ceil(d.mr) * d.mr * d.k;

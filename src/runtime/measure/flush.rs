@@ -6,13 +6,15 @@
 //! 100 MB, GPT-2: 500 MB) are far larger than the last-level cache. A warm loop therefore
 //! favours the kernels that read the most memory, the ones the caches help most.
 //!
-//! Before each timed call, [`evict`] writes back and invalidates, line by line, every buffer
-//! the candidate's executable keeps between calls ([`crate::runtime::exec::kernel::Prepared::resident`]):
-//! TVM's `cache_flush_cpu_non_first_arg` does the same for the arguments of a tuned kernel
-//! (all but its first, the input). Inputs stay warm, as inside a model an input has usually
-//! just been written by the kernel before; so do the code and the executor's own data, which
-//! a whole model keeps warm too (evicting the whole cache instead made every small kernel look
-//! 10 µs slower than it runs inside a model).
+//! Before each timed call, [`evict`] writes back and invalidates, line by line, the buffers
+//! the caller lists: the weights the candidate's executable keeps between calls
+//! ([`crate::runtime::exec::kernel::Prepared::resident`]; TVM's `cache_flush_cpu_non_first_arg`
+//! does the same for the arguments of a tuned kernel), unless the whole model stays in the
+//! last-level cache, and the candidate's inputs, which inside a model the kernels before it
+//! have just written, partly on the other core ([`super::Measure`], docs/measure.md, "Why the
+//! inputs, and when the weights stay"). The code and the executor's own data stay warm, as a
+//! whole model keeps them warm too (evicting the whole cache instead made every small kernel
+//! look 10 µs slower than it runs inside a model).
 //!
 //! The lines are evicted on the OpenMP pool the kernels use, each thread a share, so that the
 //! pool's threads are awake when the timed call starts, as they are inside a model where the

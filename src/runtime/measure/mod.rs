@@ -391,9 +391,10 @@ pub fn model_bytes(g: &DataflowGraph<'_>) -> u64 {
 /// Whether a model of `bytes` (its [`model_bytes`]) finds its weights in the last-level cache
 /// (`llc` bytes) at the next run: when the whole model fits in half of it. The other half
 /// leaves room for what the cache's associativity and the machine's other programs (on a virtual
-/// machine, other guests) take. Then cold timing evicts nothing: evicting weights that a run of
-/// the model finds in the cache charged MobileNetV2 as one oneDNN partition 4.9-7.3 ms where it
-/// runs in 3.1-3.5 ms (docs/measure.md, "Why the inputs, and when the weights stay").
+/// machine, other guests) take. Then cold timing evicts the inputs alone: evicting weights
+/// that a run of the model finds in the cache charged MobileNetV2 as one oneDNN partition
+/// 4.9-7.3 ms where it runs in 3.1-3.5 ms (docs/measure.md, "Why the inputs, and when the
+/// weights stay").
 pub fn weights_stay(bytes: u64, llc: Option<u64>) -> bool {
     llc.is_some_and(|l| bytes <= l / 2)
 }

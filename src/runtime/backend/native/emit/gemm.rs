@@ -23,7 +23,8 @@
 //! operands in per-thread scratch); otherwise the result is cut into blocks of `MC` rows (the
 //! packed rows of `A` stay in L2; the blocks hold equal numbers of tiles) and chunks of panels,
 //! enough tasks to share, chunks outermost so that the pool's static schedule hands each
-//! thread whole chunks, and a dynamic `B` (im2col) is packed in parallel first. Each task walks
+//! thread whole chunks, and a dynamic `B` (im2col) is packed in parallel first, as is a dynamic
+//! `A` whose row blocks more than one chunk reads (else each task packs its own). Each task walks
 //! its panels and, for each, its row tiles: the panel stays in L1/L2 while the tiles stream
 //! past it. A constant `B` whose chunks would not stay in L3 from one block of rows to the next
 //! (GPT-2's output projection, 154 MB) gets bigger blocks, so that it is read once per call.

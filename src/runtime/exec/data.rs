@@ -49,13 +49,17 @@ pub enum Role {
         /// The extent of the gathered axis.
         extent: u64,
     },
+    /// Integers cast to a floating-point type, such as the attention masks of BERT-like
+    /// exports (`(1 - float(mask)) · -3.4e38`): 0 or 1. Drawn from `[0, 64)`, a mask made
+    /// every attention score `-inf` and the outputs NaN.
+    Flag,
 }
 
 impl Role {
     fn rank(self) -> u8 {
         match self {
             Role::Uniform => 0,
-            Role::Index { .. } => 1,
+            Role::Index { .. } | Role::Flag => 1,
             Role::Positive => 2,
             Role::Weight { .. } => 3,
         }
@@ -69,6 +73,12 @@ impl Role {
             }
             (Role::Index { extent: a }, Role::Index { extent: b }) => {
                 Role::Index { extent: a.min(b) }
+            }
+            // An index that is also a flag: 0 or 1 where the axis allows.
+            (Role::Index { extent }, Role::Flag) | (Role::Flag, Role::Index { extent }) => {
+                Role::Index {
+                    extent: extent.min(2),
+                }
             }
             (a, b) if b.rank() > a.rank() => b,
             (a, _) => a,
@@ -135,6 +145,7 @@ pub fn random_tensor(ty: &Shape, key: u64, role: Role) -> Result<Tensor, String>
     } else if d.code == DTypeCode::Int || d.code == DTypeCode::UInt {
         let (lo, range) = match role {
             Role::Index { extent } => (0i64, extent.max(1)),
+            Role::Flag => (0, 2),
             Role::Positive => (1, (INT_RANGE - 1) as u64),
             _ => (0, INT_RANGE as u64),
         };
@@ -225,6 +236,15 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
             Role::Positive
         }
         (Op::Sqrt | Op::Rsqrt | Op::Log, 0) | (Op::Divide, 1) | (Op::Power, 0) => Role::Positive,
+        (Op::Cast, 0)
+            if args.first().is_some_and(|&a| is_integer(m, a))
+                && attr("dtype")
+                    .and_then(AttrValue::as_str)
+                    .and_then(crate::ir::DType::parse)
+                    .is_some_and(|d| d.is_float()) =>
+        {
+            Role::Flag
+        }
         (Op::Take, 1) => {
             let d = arg_dims(0);
             let extent = match attr("axis").and_then(AttrValue::as_int) {
@@ -239,6 +259,14 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
         }
         _ => Role::Uniform,
     }
+}
+
+/// Whether operator `op` moves its first operand's values without changing them.
+fn moves_values(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape | Op::ExpandDims | Op::Squeeze | Op::Transpose | Op::BroadcastTo
+    )
 }
 
 /// Whether `e` is a tensor of integers.
@@ -308,6 +336,14 @@ impl Uses {
                                     // the `take` they feed.
                                     if crate::ops::op(*op).op == Op::Where
                                         && pos > 0
+                                        && is_integer(m, e)
+                                    {
+                                        stack.push((u, Vec::new()));
+                                    }
+                                    // So are integers that a layout change moves (a mask
+                                    // reshaped before its cast).
+                                    if moves_values(crate::ops::op(*op).op)
+                                        && pos == 0
                                         && is_integer(m, e)
                                     {
                                         stack.push((u, Vec::new()));
@@ -672,6 +708,40 @@ def @main(%ids: Tensor[(2, 3), int64], %e: Tensor[(10, 4), float32]) {
         );
         let p = random_tensor(&f, 1, Role::Positive).unwrap();
         assert!(p.as_slice::<f32>().iter().all(|&v| (0.5..1.5).contains(&v)));
+    }
+
+    /// An integer input that is cast to floats (BERT's attention mask, reshaped first) draws
+    /// 0 or 1; one that is also an index keeps the smaller range; a cast between floats or to
+    /// an integer type changes nothing.
+    #[test]
+    fn integers_cast_to_floats_are_flags() {
+        let text = r#"#[version = "0.0.5"]
+def @main(%mask: Tensor[(1, 64), int64], %both: Tensor[(64), int64], %other: Tensor[(64), int64], %x: Tensor[(64), float32], %e: Tensor[(10, 4), float32]) {
+  %0 = reshape(%mask, newshape=[1, 1, 64]);
+  %1 = expand_dims(%0, axis=1);
+  %2 = cast(%1, dtype="float32");
+  %3 = multiply(subtract(1f, %2), -3.40282e+38f);
+  %4 = take(%e, %both, axis=0);
+  %5 = cast(%both, dtype="float16");
+  %6 = cast(%other, dtype="int32");
+  %7 = cast(%x, dtype="float16");
+  (%3, %4, %5, %6, %7)
+}"#;
+        let m = crate::frontend::relay::load_text(text);
+        let w = Weights::new(3);
+        let mw = w.for_module(&m);
+        assert_eq!(mw.input_role("mask"), Role::Flag);
+        assert_eq!(mw.input_role("both"), Role::Index { extent: 2 });
+        assert_eq!(mw.input_role("other"), Role::Uniform);
+        assert_eq!(mw.input_role("x"), Role::Uniform);
+        let ty = Shape {
+            dtype: DType::I64,
+            dims: vec![1, 64],
+        };
+        let mask = mw.random_input("mask", &ty).unwrap();
+        let v = mask.as_slice::<i64>();
+        assert!(v.iter().all(|&x| x == 0 || x == 1), "{v:?}");
+        assert!(v.contains(&0) && v.contains(&1), "{v:?}");
     }
 
     /// Constants asked for from rayon jobs while other constants are being generated (in

@@ -218,6 +218,25 @@ pub fn reference(
             return Err(Outcome::InputErrors);
         }
     };
+    // Non-finite reference values check nothing there (a placement matches NaN with NaN), and
+    // usually mean the drawn inputs are outside what the model expects: say so.
+    for (i, t) in expected.iter().enumerate() {
+        let n = crate::runtime::exec::compare::summarize(t).non_finite;
+        if n > 0 {
+            let d = Diagnostic::warning(
+                diag::W2331,
+                format!(
+                    "the reference interpreter's output{i} has {n} NaN or infinite value(s) \
+                     of {} on the inputs drawn from seed {}: the placements are checked there \
+                     only for the same non-finite values; try another `--seed`, or check \
+                     the model with real inputs (`collage run --input`)",
+                    t.numel(),
+                    weights.seed
+                ),
+            );
+            progress.pause(&mut || diag::emit_alone(d.clone()));
+        }
+    }
     Ok(Reference {
         names: reference.inputs.iter().map(|p| p.name.clone()).collect(),
         inputs,

@@ -499,6 +499,40 @@ fn bench_runs_and_checks_every_placement() {
 /// reshapes around a `batch_matmul`); when they land in different partitions, each partition
 /// still gets its own kernel's time in the profile (none is left without one while another
 /// is charged twice).
+/// A model whose reference outputs are not finite on the drawn inputs gets a warning that
+/// says the check is weak there; the run still succeeds.
+#[test]
+fn bench_warns_of_non_finite_reference_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("inf.relay");
+    std::fs::write(
+        &model,
+        "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2, 8), float32]) {\n  \
+         %0 = nn.relu(%x);\n  (divide(%0, 0f), add(%x, 1f))\n}\n",
+    )
+    .unwrap();
+    let out = collage([
+        "bench",
+        model.to_str().unwrap(),
+        "--target",
+        "tvm_cpu",
+        "--costs",
+        "analytic",
+        "--run-budget",
+        "0.1",
+        "--cache-dir",
+        dir.path().join("cache").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("W2331"), "{err}");
+    assert!(
+        err.contains("output0 has 16 NaN or infinite value(s) of 16"),
+        "{err}"
+    );
+    assert!(!err.contains("output1 has"), "{err}");
+}
+
 #[test]
 fn the_profile_times_every_partition_of_an_onnx_model() {
     let dir = tempfile::tempdir().unwrap();

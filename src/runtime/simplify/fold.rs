@@ -533,7 +533,102 @@ impl Cx<'_, '_> {
             self.report.constants_folded += 1;
             return Ok(Some(x));
         }
+        if let Some(x) = self.layer_norm(e)? {
+            self.report.layer_norms_expanded += 1;
+            return Ok(Some(x));
+        }
         self.channel_affine(e)
+    }
+
+    /// A float literal of dtype `float32`.
+    fn f32_literal(&mut self, v: f64, span: Span) -> ExprId {
+        self.b.push(
+            Expr::Const(crate::ir::Constant::Scalar {
+                value: crate::ir::Scalar::Float(v),
+                dtype: DType::F32,
+            }),
+            span,
+        )
+    }
+
+    /// `nn.layer_norm` on float32, expanded as TVM's `SimplifyInference` does, into
+    /// `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta` over its axis: the
+    /// operator has no fusion kind (it is opaque, as in TVM), so no native candidate covers it,
+    /// while its expansion fuses into native kernels and is oneDNN's decomposed layer norm
+    /// (`rules/dnnl.rules`). `gamma` and `beta` are moved onto the axis with `expand_dims` when
+    /// it is not the last.
+    fn layer_norm(&mut self, e: ExprId) -> Result<Option<ExprId>, String> {
+        let m = self.m;
+        let Some((op, args, _)) = call_parts(m, e) else {
+            return Ok(None);
+        };
+        if crate::ops::op(op).op != Op::LayerNorm || args.len() != 3 {
+            return Ok(None);
+        }
+        let Some(x_shape) = f32_shape(m, args[0]) else {
+            return Ok(None);
+        };
+        if f32_shape(m, args[1]).is_none() || f32_shape(m, args[2]).is_none() {
+            return Ok(None);
+        }
+        let rank = x_shape.dims.len();
+        let Some(axis) = attr(m, e, "axis")
+            .and_then(AttrValue::as_int)
+            .and_then(|a| normalize_axis(a, rank))
+        else {
+            return Ok(None);
+        };
+        let eps = attr(m, e, "epsilon")
+            .and_then(AttrValue::as_f64)
+            .unwrap_or(1e-5);
+        let flag = |n: &str| attr(m, e, n).and_then(AttrValue::as_bool).unwrap_or(true);
+        let (center, scale) = (flag("center"), flag("scale"));
+        let span = m.span(e);
+        let axis_attr = if axis + 1 == rank { -1 } else { axis as i64 };
+        let reduce = [
+            (
+                "axis",
+                AttrValue::Array(vec![AttrValue::Int(axis_attr, DType::I32)]),
+            ),
+            ("keepdims", AttrValue::Bool(true)),
+        ];
+        let x = self.new_of(args[0])?;
+        let mu = self.call(Op::Mean, vec![x], &reduce, span);
+        let centred = self.call(Op::Subtract, vec![x, mu], &[], span);
+        let two = self.f32_literal(2.0, span);
+        let sq = self.call(Op::Power, vec![centred, two], &[], span);
+        let var = self.call(Op::Mean, vec![sq], &reduce, span);
+        let eps = self.f32_literal(eps, span);
+        let shifted = self.call(Op::Add, vec![var, eps], &[], span);
+        let root = self.call(Op::Sqrt, vec![shifted], &[], span);
+        let mut out = self.call(Op::Divide, vec![centred, root], &[], span);
+        // `gamma` and `beta` as `[C, 1, ..., 1]` when the axis is not the last.
+        let trailing = rank - axis - 1;
+        let on_axis = |this: &mut Self, v: ExprId| -> Result<ExprId, String> {
+            let v = this.new_of(v)?;
+            Ok(if trailing == 0 {
+                v
+            } else {
+                this.call(
+                    Op::ExpandDims,
+                    vec![v],
+                    &[
+                        ("axis", AttrValue::Int(1, DType::I32)),
+                        ("num_newaxis", AttrValue::Int(trailing as i64, DType::I32)),
+                    ],
+                    span,
+                )
+            })
+        };
+        if scale {
+            let g = on_axis(self, args[1])?;
+            out = self.call(Op::Multiply, vec![out, g], &[], span);
+        }
+        if center {
+            let b = on_axis(self, args[2])?;
+            out = self.call(Op::Add, vec![out, b], &[], span);
+        }
+        Ok(Some(out))
     }
 
     /// Whether old expression `c` became a constant whose elements all equal `v`.

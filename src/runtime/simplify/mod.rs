@@ -11,6 +11,8 @@
 //!   dense layer,
 //! * calls whose arguments are all constants evaluated with the reference interpreter (bounded:
 //!   a result larger than its arguments and than [`SMALL_RESULT_BYTES`] stays a call),
+//! * `nn.layer_norm` on float32 expanded into its reductions and elementwise operators, as
+//!   TVM's `SimplifyInference` does (it has no fusion kind, so no native candidate covers it),
 //! * identities dropped (`copy`, `nn.dropout`, reshapes to the same type, casts to the same
 //!   dtype, multiplying by one, adding zero),
 //! * dead code removed.
@@ -73,6 +75,8 @@ pub struct Report {
     pub shifts_into_bias: usize,
     /// Calls with constant arguments evaluated.
     pub constants_folded: usize,
+    /// `nn.layer_norm` calls expanded into reductions and elementwise operators.
+    pub layer_norms_expanded: usize,
     /// Identities dropped.
     pub identities_removed: usize,
     /// Unreachable operator calls removed.
@@ -93,6 +97,7 @@ impl Report {
                 + self.scales_into_weights
                 + self.shifts_into_bias
                 + self.constants_folded
+                + self.layer_norms_expanded
                 + self.identities_removed
                 + self.dead_removed
                 > 0
@@ -106,6 +111,7 @@ impl Report {
             ("scale into weights", self.scales_into_weights),
             ("shift into bias", self.shifts_into_bias),
             ("constant folded", self.constants_folded),
+            ("layer norm expanded", self.layer_norms_expanded),
             ("identity removed", self.identities_removed),
             ("dead removed", self.dead_removed),
             ("constant bound", self.constants_bound),

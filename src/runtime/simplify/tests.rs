@@ -382,3 +382,53 @@ proptest! {
         prop_assert!(!ops(&s).contains(&"nn.batch_norm"));
     }
 }
+
+#[test]
+fn layer_norm_is_expanded_on_any_axis() {
+    // Over the last axis: gamma and beta broadcast as they are.
+    let last = r#"def @main(%x: Tensor[(1, 5, 8), float32]) {
+  nn.layer_norm(%x, meta[relay.Constant][0] /* ty=Tensor[(8), float32] */, meta[relay.Constant][1] /* ty=Tensor[(8), float32] */, epsilon=1e-12f)
+}"#;
+    let (s, r) = check(&load(last));
+    assert_eq!(r.layer_norms_expanded, 1, "{r:?}");
+    assert_eq!(
+        ops(&s),
+        ["mean", "subtract", "power", "mean", "add", "sqrt", "divide", "multiply", "add"]
+    );
+    // Over a middle axis: gamma and beta go onto the axis (gamma, a constant, folded; beta,
+    // an input, through `expand_dims`).
+    let middle = r#"def @main(%x: Tensor[(2, 3, 4), float32], %b: Tensor[(3), float32]) {
+  nn.layer_norm(%x, meta[relay.Constant][0] /* ty=Tensor[(3), float32] */, %b, axis=1)
+}"#;
+    let (s, r) = check(&load(middle));
+    assert_eq!(r.layer_norms_expanded, 1, "{r:?}");
+    assert_eq!(
+        ops(&s),
+        [
+            "mean",
+            "subtract",
+            "power",
+            "mean",
+            "add",
+            "sqrt",
+            "divide",
+            "multiply",
+            "expand_dims",
+            "add"
+        ]
+    );
+    // Without gamma and beta.
+    let bare = r#"def @main(%x: Tensor[(2, 3, 4), float32]) {
+  nn.layer_norm(%x, meta[relay.Constant][0] /* ty=Tensor[(4), float32] */, meta[relay.Constant][1] /* ty=Tensor[(4), float32] */, center=False, scale=False)
+}"#;
+    let (s, r) = check(&load(bare));
+    assert_eq!(r.layer_norms_expanded, 1, "{r:?}");
+    assert_eq!(ops(&s).last(), Some(&"divide"), "{:?}", ops(&s));
+    // Not float32: left alone.
+    let half = r#"def @main(%x: Tensor[(2, 8), float16], %g: Tensor[(8), float16], %b: Tensor[(8), float16]) {
+  nn.layer_norm(%x, %g, %b)
+}"#;
+    let (s, r) = simplify(&load(half), &Options { seed: SEED }).unwrap();
+    assert_eq!(r.layer_norms_expanded, 0);
+    assert_eq!(ops(&s), ["nn.layer_norm"]);
+}

@@ -63,6 +63,38 @@ fn f32_shape(m: &Module, e: ExprId) -> Option<Shape> {
     shape_of(m, e).filter(|s| s.dtype == DType::F32)
 }
 
+/// The attributes of a batch or layer norm that the rewrites use.
+struct NormAttrs {
+    /// The normalised axis, in `0..rank`.
+    axis: usize,
+    /// Added to the variance.
+    epsilon: f64,
+    /// Whether beta is added.
+    center: bool,
+    /// Whether gamma multiplies.
+    scale: bool,
+}
+
+/// The `float32` shape of norm call `e`'s data `x`, and its `axis`, `epsilon` (default 1e-5),
+/// `center` and `scale` (default true); `None` when `x` is not `float32` or the axis is out of
+/// range.
+fn norm_of(m: &Module, e: ExprId, x: ExprId) -> Option<(Shape, NormAttrs)> {
+    let shape = f32_shape(m, x)?;
+    let axis = attr(m, e, "axis")
+        .and_then(AttrValue::as_int)
+        .and_then(|a| normalize_axis(a, shape.dims.len()))?;
+    let flag = |n: &str| attr(m, e, n).and_then(AttrValue::as_bool).unwrap_or(true);
+    let norm = NormAttrs {
+        axis,
+        epsilon: attr(m, e, "epsilon")
+            .and_then(AttrValue::as_f64)
+            .unwrap_or(1e-5),
+        center: flag("center"),
+        scale: flag("scale"),
+    };
+    Some((shape, norm))
+}
+
 fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
@@ -234,25 +266,11 @@ impl Cx<'_, '_> {
         let Some((_, args, _)) = call_parts(m, bn) else {
             return Ok(None);
         };
-        let Some(x_shape) = f32_shape(m, args[0]) else {
+        let Some((x_shape, norm)) = norm_of(m, bn, args[0]) else {
             return Ok(None);
         };
         let rank = x_shape.dims.len();
-        let Some(axis) = attr(m, bn, "axis")
-            .and_then(AttrValue::as_int)
-            .and_then(|a| normalize_axis(a, rank))
-        else {
-            return Ok(None);
-        };
-        let eps = attr(m, bn, "epsilon")
-            .and_then(AttrValue::as_f64)
-            .unwrap_or(1e-5);
-        let center = attr(m, bn, "center")
-            .and_then(AttrValue::as_bool)
-            .unwrap_or(true);
-        let scale = attr(m, bn, "scale")
-            .and_then(AttrValue::as_bool)
-            .unwrap_or(true);
+        let (axis, eps, center, scale) = (norm.axis, norm.epsilon, norm.center, norm.scale);
         let n = x_shape.dims[axis];
         let params: Option<Vec<Vec<f64>>> =
             args[1..5].iter().map(|&a| self.f32_values(a)).collect();
@@ -565,24 +583,14 @@ impl Cx<'_, '_> {
         if crate::ops::op(op).op != Op::LayerNorm || args.len() != 3 {
             return Ok(None);
         }
-        let Some(x_shape) = f32_shape(m, args[0]) else {
+        let Some((x_shape, norm)) = norm_of(m, e, args[0]) else {
             return Ok(None);
         };
         if f32_shape(m, args[1]).is_none() || f32_shape(m, args[2]).is_none() {
             return Ok(None);
         }
         let rank = x_shape.dims.len();
-        let Some(axis) = attr(m, e, "axis")
-            .and_then(AttrValue::as_int)
-            .and_then(|a| normalize_axis(a, rank))
-        else {
-            return Ok(None);
-        };
-        let eps = attr(m, e, "epsilon")
-            .and_then(AttrValue::as_f64)
-            .unwrap_or(1e-5);
-        let flag = |n: &str| attr(m, e, n).and_then(AttrValue::as_bool).unwrap_or(true);
-        let (center, scale) = (flag("center"), flag("scale"));
+        let (axis, eps, center, scale) = (norm.axis, norm.epsilon, norm.center, norm.scale);
         let span = m.span(e);
         let axis_attr = if axis + 1 == rank { -1 } else { axis as i64 };
         let reduce = [

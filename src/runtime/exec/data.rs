@@ -261,12 +261,16 @@ fn role_of_use(m: &Module, call: ExprId, pos: usize) -> Role {
     }
 }
 
-/// Whether operator `op` moves its first operand's values without changing them.
-fn moves_values(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Reshape | Op::ExpandDims | Op::Squeeze | Op::Transpose | Op::BroadcastTo
-    )
+/// Whether operator `op` gives its integer operand `pos`'s values unchanged to its result, whose
+/// uses then decide the operand's role too: the values `where` chooses (indices normalised as
+/// ONNX `Gather` imports them, `where(less(i, 0), add(i, n), i)`, keep the role of the `take`
+/// they feed), and the operand of a layout change (a mask reshaped before its cast).
+fn passes_on(op: Op, pos: usize) -> bool {
+    match op {
+        Op::Where => pos > 0,
+        Op::Reshape | Op::ExpandDims | Op::Squeeze | Op::Transpose | Op::BroadcastTo => pos == 0,
+        _ => false,
+    }
 }
 
 /// Whether `e` is a tensor of integers.
@@ -330,22 +334,7 @@ impl Uses {
                             match callee {
                                 Callee::Op(op) if path.is_empty() => {
                                     role = role.join(role_of_use(m, u, pos));
-                                    // Integers chosen by `where` are the result's values:
-                                    // indices normalised as ONNX `Gather` imports them
-                                    // (`where(less(i, 0), add(i, n), i)`) keep the role of
-                                    // the `take` they feed.
-                                    if crate::ops::op(*op).op == Op::Where
-                                        && pos > 0
-                                        && is_integer(m, e)
-                                    {
-                                        stack.push((u, Vec::new()));
-                                    }
-                                    // So are integers that a layout change moves (a mask
-                                    // reshaped before its cast).
-                                    if moves_values(crate::ops::op(*op).op)
-                                        && pos == 0
-                                        && is_integer(m, e)
-                                    {
+                                    if is_integer(m, e) && passes_on(crate::ops::op(*op).op, pos) {
                                         stack.push((u, Vec::new()));
                                     }
                                 }

@@ -558,17 +558,6 @@ impl Cx<'_, '_> {
         self.channel_affine(e)
     }
 
-    /// A float literal of dtype `float32`.
-    fn f32_literal(&mut self, v: f64, span: Span) -> ExprId {
-        self.b.push(
-            Expr::Const(crate::ir::Constant::Scalar {
-                value: crate::ir::Scalar::Float(v),
-                dtype: DType::F32,
-            }),
-            span,
-        )
-    }
-
     /// `nn.layer_norm` on float32, expanded as TVM's `SimplifyInference` does, into
     /// `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta` over its axis: the
     /// operator has no fusion kind (it is opaque, as in TVM), so no native candidate covers it,
@@ -603,10 +592,10 @@ impl Cx<'_, '_> {
         let x = self.new_of(args[0])?;
         let mu = self.call(Op::Mean, vec![x], &reduce, span);
         let centred = self.call(Op::Subtract, vec![x, mu], &[], span);
-        let two = self.f32_literal(2.0, span);
+        let two = self.b.constant(f32_tensor(&[], &[2.0])?, span);
         let sq = self.call(Op::Power, vec![centred, two], &[], span);
         let var = self.call(Op::Mean, vec![sq], &reduce, span);
-        let eps = self.f32_literal(eps, span);
+        let eps = self.b.constant(f32_tensor(&[], &[eps])?, span);
         let shifted = self.call(Op::Add, vec![var, eps], &[], span);
         let root = self.call(Op::Sqrt, vec![shifted], &[], span);
         let mut out = self.call(Op::Divide, vec![centred, root], &[], span);

@@ -634,6 +634,14 @@ pub(super) fn thread_scratch(cx: &mut Cx<'_>, name: &str, off: usize) {
     ));
 }
 
+/// Declares `name`, a pointer to `elems` 4-byte elements of C type `ty` in the kernel's shared
+/// scratch (one copy for all threads), 64-byte aligned after what is already taken.
+pub(super) fn shared_scratch(cx: &mut Cx<'_>, ty: &str, name: &str, elems: usize) {
+    let off = cx.scratch_total.next_multiple_of(64);
+    cx.scratch_total = off + elems * 4;
+    cx.line(format!("{ty}* restrict {name} = ({ty}*)(S + {off}L);"));
+}
+
 /// One GEMM per task over the batch.
 #[allow(clippy::too_many_arguments)]
 fn batched(
@@ -743,9 +751,7 @@ fn blocked(
     let bp = match b_pre {
         Some(j) => format!("((const float*)P[{j}] + {}L * {bn})", d.b_size()),
         None => {
-            let off = cx.scratch_total.next_multiple_of(64);
-            cx.scratch_total = off + d.b_size() * 4;
-            cx.line(format!("float* restrict Bs = (float*)(S + {off}L);"));
+            shared_scratch(cx, "float", "Bs", d.b_size());
             pack(cx, kind, d, Side::B, "Bs", Some(&b), par);
             "Bs".to_string()
         }
@@ -755,9 +761,7 @@ fn blocked(
     // in 8 chunks packed its 1.5 MB of rows eight times, with strided stores).
     let shared_a = a_pre.is_none() && nnc > 1;
     if shared_a {
-        let off = cx.scratch_total.next_multiple_of(64);
-        cx.scratch_total = off + d.a_size() * 4;
-        cx.line(format!("float* restrict As = (float*)(S + {off}L);"));
+        shared_scratch(cx, "float", "As", d.a_size());
         pack(cx, kind, d, Side::A, "As", Some(&b), par);
     }
     let (mb, nc) = (cx.fresh("mb"), cx.fresh("nc"));
@@ -1064,10 +1068,8 @@ fn conv_implicit(
     let xp = match direct {
         Some(b) => b,
         None => {
-            let off = cx.scratch_total.next_multiple_of(64);
-            cx.scratch_total = off + g.n * g.c * plane * 4;
             let name = cx.fresh("Xp");
-            cx.line(format!("float* restrict {name} = (float*)(S + {off}L);"));
+            shared_scratch(cx, "float", &name, g.n * g.c * plane);
             let (nn, cc) = (cx.fresh("n"), cx.fresh("c"));
             let nv = cx.vars.fresh(nn.clone(), g.n);
             let cv = cx.vars.fresh(cc.clone(), g.c);
@@ -1096,10 +1098,8 @@ fn conv_implicit(
         }
     };
     // Tap offsets.
-    let off = cx.scratch_total.next_multiple_of(64);
-    cx.scratch_total = off + k * 4;
     let offs = cx.fresh("off");
-    cx.line(format!("int* restrict {offs} = (int*)(S + {off}L);"));
+    shared_scratch(cx, "int", &offs, k);
     let kk = cx.fresh("kk");
     let taps = g.kh * g.kw;
     cx.line(format!(
@@ -1116,9 +1116,7 @@ fn conv_implicit(
     let bp = match pre {
         Some(j) => format!("((const float*)P[{j}])"),
         None => {
-            let off = cx.scratch_total.next_multiple_of(64);
-            cx.scratch_total = off + wfloats * 4;
-            cx.line(format!("float* restrict Wp = (float*)(S + {off}L);"));
+            shared_scratch(cx, "float", "Wp", wfloats);
             pack_weights(cx, w, g, nr, "Wp", par);
             "Wp".to_string()
         }

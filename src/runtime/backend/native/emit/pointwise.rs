@@ -129,10 +129,8 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
     let wp = match pre {
         Some(j) => format!("((const float*)P[{j}])"),
         None => {
-            let off = cx.scratch_total.next_multiple_of(64);
-            cx.scratch_total = off + wfloats * 4;
             let name = cx.fresh("Wq");
-            cx.line(format!("float* restrict {name} = (float*)(S + {off}L);"));
+            super::gemm::shared_scratch(cx, "float", &name, wfloats);
             pack_weights(cx, w, &g, mr, &name, par);
             name
         }
@@ -265,10 +263,8 @@ pub fn nest(cx: &mut Cx<'_>, a: NodeId, r: NodeId, data: NodeId, w: NodeId, g: C
 /// the padding) into a `[N][C][P]` block of the shared scratch; returns its name.
 fn gather(cx: &mut Cx<'_>, data: NodeId, g: &ConvGeom) -> String {
     let np_ = g.oh * g.ow;
-    let off = cx.scratch_total.next_multiple_of(64);
-    cx.scratch_total = off + g.n * g.c * np_ * 4;
     let name = cx.fresh("Xg");
-    cx.line(format!("float* restrict {name} = (float*)(S + {off}L);"));
+    super::gemm::shared_scratch(cx, "float", &name, g.n * g.c * np_);
     let (nn, cc, y, x) = (cx.fresh("n"), cx.fresh("c"), cx.fresh("y"), cx.fresh("x"));
     let nv = cx.vars.fresh(nn.clone(), g.n);
     let cv = cx.vars.fresh(cc.clone(), g.c);

@@ -489,9 +489,15 @@ const SUPPORTED: &[&str] = &[
     "Mul",
     "Div",
     "Neg",
+    "Abs",
+    "Floor",
+    "Ceil",
+    "Mod",
     "Min",
     "Max",
     "Identity",
+    "Transpose",
+    "ScatterND",
 ];
 
 fn attr_int(node: &Node, name: &str) -> Option<i64> {
@@ -660,6 +666,15 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
         "Add" | "Sub" | "Mul" | "Div" | "Equal" | "Less" | "Greater" => {
             binary(op, arg(args, 0)?, arg(args, 1)?)
         }
+        "Mod" => {
+            // Integers take the divisor's sign unless `fmod` is 1 (C's `%`); floats need `fmod`.
+            let op = match attr_int(node, "fmod").unwrap_or(0) {
+                0 => "Mod",
+                1 => "FMod",
+                f => return fail(format!("`fmod` is {f}, not 0 or 1")),
+            };
+            binary(op, arg(args, 0)?, arg(args, 1)?)
+        }
         "Min" | "Max" => {
             let mut acc = arg(args, 0)?.clone();
             for i in 1..args.len() {
@@ -680,6 +695,22 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                 data,
             })
         }
+        "Abs" | "Floor" | "Ceil" => {
+            let a = arg(args, 0)?;
+            let data = match (&a.data, op) {
+                (Data::I64(v), "Abs") => Data::I64(v.iter().map(|x| x.wrapping_abs()).collect()),
+                (Data::I32(v), "Abs") => Data::I32(v.iter().map(|x| x.wrapping_abs()).collect()),
+                (Data::F32(v), "Abs") => Data::F32(v.iter().map(|x| x.abs()).collect()),
+                (Data::F32(v), "Floor") => Data::F32(v.iter().map(|x| x.floor()).collect()),
+                (Data::F32(v), "Ceil") => Data::F32(v.iter().map(|x| x.ceil()).collect()),
+                _ => return Err(Skip::Unsupported),
+            };
+            Ok(Value {
+                shape: a.shape.clone(),
+                data,
+            })
+        }
+        "Transpose" => transpose(node, arg(args, 0)?),
         "Not" => {
             let a = arg(args, 0)?;
             match &a.data {
@@ -743,6 +774,7 @@ fn eval(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                 data,
             })
         }
+        "ScatterND" => scatter_nd(node, arg(args, 0)?, arg(args, 1)?, arg(args, 2)?),
         "Gather" => {
             let (d, i) = (arg(args, 0)?, arg(args, 1)?);
             let r = d.shape.len();
@@ -1025,7 +1057,7 @@ fn binary(op: &str, a: &Value, b: &Value) -> R<Value> {
     }
     macro_rules! ints {
         ($x:expr, $y:expr, $ty:ident, $t:ty) => {{
-            if op == "Div" && ib.iter().any(|&j| $y[j] == 0) {
+            if matches!(op, "Div" | "Mod" | "FMod") && ib.iter().any(|&j| $y[j] == 0) {
                 return fail("integer division by zero");
             }
             match op {
@@ -1033,6 +1065,15 @@ fn binary(op: &str, a: &Value, b: &Value) -> R<Value> {
                 "Sub" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.wrapping_sub(q))),
                 "Mul" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.wrapping_mul(q))),
                 "Div" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.wrapping_div(q))),
+                "FMod" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.wrapping_rem(q))),
+                "Mod" => Data::$ty(zip!($x, $y, |p: $t, q: $t| {
+                    let r = p.wrapping_rem(q);
+                    if r != 0 && (r < 0) != (q < 0) {
+                        r + q
+                    } else {
+                        r
+                    }
+                })),
                 "Min" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.min(q))),
                 "Max" => Data::$ty(zip!($x, $y, |p: $t, q: $t| p.max(q))),
                 "Equal" => Data::Bool(zip!($x, $y, |p: $t, q: $t| p == q)),
@@ -1058,6 +1099,8 @@ fn binary(op: &str, a: &Value, b: &Value) -> R<Value> {
                 "Sub" => Data::F32(zip!(x, y, |p: f32, q: f32| p - q)),
                 "Mul" => Data::F32(zip!(x, y, |p: f32, q: f32| p * q)),
                 "Div" => Data::F32(zip!(x, y, |p: f32, q: f32| p / q)),
+                // C's `fmod`: the dividend's sign.
+                "FMod" => Data::F32(zip!(x, y, |p: f32, q: f32| p % q)),
                 "Min" => Data::F32(zip!(x, y, |p: f32, q: f32| nan(p, q, p.min(q)))),
                 "Max" => Data::F32(zip!(x, y, |p: f32, q: f32| nan(p, q, p.max(q)))),
                 "Equal" => Data::Bool(zip!(x, y, |p: f32, q: f32| p == q)),
@@ -1079,6 +1122,110 @@ fn binary(op: &str, a: &Value, b: &Value) -> R<Value> {
         }
     };
     Ok(Value { shape, data })
+}
+
+/// `ScatterND` without a reduction: `data` with the slices that `indices` (`[..., k]`) name
+/// replaced by those of `updates` (`indices.shape[..-1] + data.shape[k..]`), later ones last.
+fn scatter_nd(node: &Node, data: &Value, indices: &Value, updates: &Value) -> R<Value> {
+    match node.attr("reduction") {
+        None => {}
+        Some(AttrValue::String(s)) if s == "none" => {}
+        Some(_) => return Err(Skip::Unsupported),
+    }
+    if data.data.dtype() != updates.data.dtype() {
+        return fail("`data` and `updates` have different types");
+    }
+    let idx = ints(indices, "indices")?;
+    let (r, q) = (data.shape.len(), indices.shape.len());
+    let k = match indices.shape.last() {
+        Some(&k) if k >= 1 && k <= r => k,
+        _ => {
+            return fail(format!(
+                "indices of shape {:?} for data of rank {r}",
+                indices.shape
+            ))
+        }
+    };
+    let mut want = indices.shape[..q - 1].to_vec();
+    want.extend_from_slice(&data.shape[k..]);
+    if updates.shape != want {
+        return fail(format!(
+            "updates of shape {:?}, not {want:?}",
+            updates.shape
+        ));
+    }
+    let inner: usize = data.shape[k..].iter().product();
+    let n = data.data.len();
+    // Positions into `data` followed by `updates`.
+    let mut pos: Vec<usize> = (0..n).collect();
+    for (t, tuple) in idx.chunks_exact(k).enumerate() {
+        let mut base = 0usize;
+        for (a, &i) in tuple.iter().enumerate() {
+            let s = data.shape[a] as i64;
+            let i = if i < 0 { i + s } else { i };
+            if !(0..s).contains(&i) {
+                return fail(format!("index {i} is out of range for size {s}"));
+            }
+            base = base * data.shape[a] + i as usize;
+        }
+        let base = base * inner;
+        for j in 0..inner {
+            pos[base + j] = n + t * inner + j;
+        }
+    }
+    Ok(Value {
+        shape: data.shape.clone(),
+        data: join(&[data, updates]).take(&pos),
+    })
+}
+
+/// `Transpose`: `perm` (default: the axes reversed) must name every axis once.
+fn transpose(node: &Node, a: &Value) -> R<Value> {
+    let r = a.shape.len();
+    let perm: Vec<usize> = match attr_ints(node, "perm") {
+        Some(p) => {
+            if p.len() != r {
+                return fail(format!("`perm` has {} axes, the input {r}", p.len()));
+            }
+            let mut seen = vec![false; r];
+            let mut out = Vec::with_capacity(r);
+            for &x in &p {
+                match usize::try_from(x) {
+                    Ok(k) if k < r && !seen[k] => {
+                        seen[k] = true;
+                        out.push(k);
+                    }
+                    _ => return fail(format!("`perm` {p:?} is not a permutation of the axes")),
+                }
+            }
+            out
+        }
+        None => (0..r).rev().collect(),
+    };
+    let shape: Vec<usize> = perm.iter().map(|&k| a.shape[k]).collect();
+    let n = count(&shape)?;
+    // The input's strides, read in the output's axis order.
+    let mut strides = vec![1usize; r];
+    for k in (0..r.saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * a.shape[k + 1];
+    }
+    let step: Vec<usize> = perm.iter().map(|&k| strides[k]).collect();
+    let mut idx = Vec::with_capacity(n);
+    let mut pos = vec![0usize; r];
+    for _ in 0..n {
+        idx.push(pos.iter().zip(&step).map(|(p, s)| p * s).sum());
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < shape[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(Value {
+        shape,
+        data: a.data.take(&idx),
+    })
 }
 
 fn range(start: &Value, limit: &Value, delta: &Value) -> R<Value> {
@@ -1606,6 +1753,101 @@ mod tests {
         assert_eq!(f.folded.len(), per_node);
         let warned: Vec<_> = f.warnings.iter().map(|d| d.code).collect();
         assert_eq!(warned, [W3054, W3054]);
+    }
+
+    #[test]
+    fn transpose_mod_and_rounding() {
+        let m = i64v(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let t = ok("Transpose", vec![], &[&m]);
+        assert_eq!(t, i64v(&[3, 2], &[1, 4, 2, 5, 3, 6]));
+        let c = i64v(&[2, 1, 3], &[0, 1, 2, 3, 4, 5]);
+        let perm = AttrValue::Ints(vec![2, 0, 1]);
+        let t = ok("Transpose", vec![("perm", perm)], &[&c]);
+        assert_eq!(t, i64v(&[3, 2, 1], &[0, 3, 1, 4, 2, 5]));
+        for bad in [vec![0, 0], vec![0], vec![0, 2], vec![-1, 0]] {
+            let r = run(
+                "Transpose",
+                13,
+                vec![("perm", AttrValue::Ints(bad))],
+                &[Some(&m)],
+            );
+            assert!(fails(r).contains("perm"));
+        }
+        // Integers: the divisor's sign by default, the dividend's with `fmod`.
+        let p = i64v(&[4], &[7, -7, 7, -7]);
+        let q = i64v(&[4], &[3, 3, -3, -3]);
+        assert_eq!(ok("Mod", vec![], &[&p, &q]), i64v(&[4], &[1, 2, -2, -1]));
+        let fmod = || vec![("fmod", AttrValue::Int(1))];
+        assert_eq!(ok("Mod", fmod(), &[&p, &q]), i64v(&[4], &[1, -1, 1, -1]));
+        let zero = i64v(&[], &[0]);
+        assert!(fails(run("Mod", 13, vec![], &[Some(&p), Some(&zero)])).contains("by zero"));
+        let x = f32v(&[2], &[-7.5, 7.5]);
+        let y = f32v(&[], &[2.0]);
+        assert_eq!(ok("Mod", fmod(), &[&x, &y]), f32v(&[2], &[-1.5, 1.5]));
+        assert_eq!(ok("Floor", vec![], &[&x]), f32v(&[2], &[-8.0, 7.0]));
+        assert_eq!(ok("Ceil", vec![], &[&x]), f32v(&[2], &[-7.0, 8.0]));
+        assert_eq!(ok("Abs", vec![], &[&p]), i64v(&[4], &[7, 7, 7, 7]));
+    }
+
+    #[test]
+    fn scatter_nd_replaces_slices() {
+        let data = f32v(&[2, 3], &[0.0; 6]);
+        // Element (1, 2), then row 0, then element (0, 1) again: later writes win.
+        let one = ok(
+            "ScatterND",
+            vec![],
+            &[&data, &i64v(&[1, 2], &[1, -1]), &f32v(&[1], &[5.0])],
+        );
+        assert_eq!(one, f32v(&[2, 3], &[0.0, 0.0, 0.0, 0.0, 0.0, 5.0]));
+        let rows = ok(
+            "ScatterND",
+            vec![],
+            &[&one, &i64v(&[1, 1], &[0]), &f32v(&[1, 3], &[1.0, 2.0, 3.0])],
+        );
+        assert_eq!(rows, f32v(&[2, 3], &[1.0, 2.0, 3.0, 0.0, 0.0, 5.0]));
+        let twice = ok(
+            "ScatterND",
+            vec![],
+            &[
+                &rows,
+                &i64v(&[2, 2], &[0, 1, 0, 1]),
+                &f32v(&[2], &[7.0, 8.0]),
+            ],
+        );
+        assert_eq!(twice, f32v(&[2, 3], &[1.0, 8.0, 3.0, 0.0, 0.0, 5.0]));
+        let far = run(
+            "ScatterND",
+            13,
+            vec![],
+            &[
+                Some(&data),
+                Some(&i64v(&[1, 1], &[2])),
+                Some(&f32v(&[1, 3], &[0.0; 3])),
+            ],
+        );
+        assert!(fails(far).contains("out of range"));
+        let shape = run(
+            "ScatterND",
+            13,
+            vec![],
+            &[
+                Some(&data),
+                Some(&i64v(&[1, 1], &[0])),
+                Some(&f32v(&[1], &[0.0])),
+            ],
+        );
+        assert!(fails(shape).contains("updates of shape"));
+        let add = run(
+            "ScatterND",
+            16,
+            vec![("reduction", AttrValue::String("add".into()))],
+            &[
+                Some(&data),
+                Some(&i64v(&[1, 1], &[0])),
+                Some(&f32v(&[1, 3], &[0.0; 3])),
+            ],
+        );
+        assert!(matches!(add, Err(Skip::Unsupported)));
     }
 
     #[test]

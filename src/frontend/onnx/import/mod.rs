@@ -29,7 +29,7 @@ use crate::ir::{
 };
 use crate::ops::{def_of, Op, RelCall};
 use crate::source::{FileId, ListedNode, SourceMap, Span};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The meta-table key of imported weights.
 pub const CONSTANT_KEY: &str = "relay.Constant";
@@ -121,10 +121,20 @@ pub fn import(
     let whole = Span::new(listing, 0, 0);
     let mut cx = Cx::new(model, whole);
     cx.params(&inputs);
-    let mut errors = Vec::new();
+    let mut errors: Vec<Diagnostic> = Vec::new();
+    // The outputs of nodes that failed, and of nodes that read them: those nodes are not
+    // converted, so that one error is not followed by one more per node downstream.
+    let mut undefined: FxHashSet<&str> = FxHashSet::default();
+    let mut downstream = 0usize;
     for (k, node) in model.graph.nodes.iter().enumerate() {
         cx.node = Some(node);
         cx.span = line_spans[k];
+        if !undefined.is_empty() && node.inputs.iter().any(|i| undefined.contains(i.as_str())) {
+            undefined.extend(node.outputs.iter().map(String::as_str));
+            downstream += 1;
+            continue;
+        }
+        let before = errors.len();
         match cx
             .folder
             .step(node, &|name: &str| cx_shape(&cx.env, &cx.tys, name))
@@ -133,6 +143,7 @@ pub fn import(
             Ok(false) => {}
             Err(d) => {
                 errors.push(d);
+                undefined.extend(node.outputs.iter().map(String::as_str));
                 if errors.len() >= super::MAX_ERRORS {
                     break;
                 }
@@ -145,8 +156,18 @@ pub fn import(
                 break;
             }
         }
+        if errors.len() > before {
+            undefined.extend(node.outputs.iter().map(String::as_str));
+        }
     }
     if !errors.is_empty() {
+        if downstream > 0 {
+            let last = errors.pop().expect("an error");
+            errors.push(last.with_note(format!(
+                "{downstream} later node(s) read values these errors leave undefined and were \
+                 not converted"
+            )));
+        }
         return Err(errors);
     }
     cx.node = None;

@@ -308,18 +308,32 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         }
         "Identity" => cx.input(0)?,
         "Dropout" => {
-            if node.outputs.get(1).is_some_and(|o| !o.is_empty()) {
-                return Err(cx.unsupported("its mask output"));
-            }
-            // From opset 12 `training_mode` is an input; dropping at random is out of scope.
+            // From opset 12 `training_mode` is an input; dropping at random is out of scope,
+            // but training with a ratio of 0 drops nothing.
             let training = match cx.const_floats(2)? {
                 Some(v) => v.first().is_some_and(|&t| t != 0.0),
                 None => false,
             };
-            if training || attr_int(node, "is_test", 1) == 0 && opset < 7 {
+            let drops = training
+                && match cx.const_floats(1)? {
+                    Some(v) => v.first().is_none_or(|&r| r != 0.0),
+                    None => true,
+                };
+            if drops || attr_int(node, "is_test", 1) == 0 && opset < 7 {
                 return Err(cx.unsupported("training mode (random dropping)"));
             }
-            cx.input(0)?
+            let x = cx.input(0)?;
+            if node.outputs.get(1).is_some_and(|o| !o.is_empty()) {
+                // In inference nothing is dropped: the mask keeps every element.
+                let shape = cx.shape(x)?;
+                let keep = cx.call(
+                    Op::Ones,
+                    &[],
+                    &[("shape", ints(&shape)), ("dtype", string("bool"))],
+                )?;
+                cx.bind(1, keep);
+            }
+            x
         }
         "LeakyRelu" => {
             let x = cx.input(0)?;

@@ -25,7 +25,7 @@ mod transform;
 
 use crate::ir::{AttrField, AttrValue, Attrs, DType, OpId, TensorType, Type};
 pub use op::Op;
-pub use slice::{slice_axis, SliceAxis};
+pub use slice::{slice_axis, strided_plan, SliceAxis};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;

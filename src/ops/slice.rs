@@ -314,6 +314,60 @@ pub fn slice_axis(
     })
 }
 
+/// What `strided_slice` reads from data of extents `dims`, per axis: the first index, the
+/// step and the count (unsliced axes read everything by 1). `axes` are already normalised
+/// (`None`: the entries apply to the leading axes). The reference interpreter and the native
+/// code generator both take their indices from here.
+pub fn strided_plan(
+    dims: &[usize],
+    begin: &[i64],
+    end: &[i64],
+    strides: &[i64],
+    axes: Option<&[usize]>,
+    size_mode: bool,
+) -> Result<Vec<SliceAxis>, String> {
+    let mut plan: Vec<SliceAxis> = dims
+        .iter()
+        .map(|&n| SliceAxis {
+            start: 0,
+            stride: 1,
+            len: n as i64,
+        })
+        .collect();
+    let leading: Vec<usize>;
+    let axes = match axes {
+        Some(a) => a,
+        None => {
+            leading = (0..dims.len()).collect();
+            &leading
+        }
+    };
+    for (k, &ax) in axes.iter().enumerate() {
+        let Some(&n) = dims.get(ax) else {
+            return Err(format!("`strided_slice` axis {ax} is out of range"));
+        };
+        let stride = if size_mode {
+            1
+        } else {
+            strides.get(k).copied().unwrap_or(1)
+        };
+        if stride == 0 {
+            return Err("`strided_slice` with a stride of 0".into());
+        }
+        plan[ax] = slice_axis(
+            n as i64,
+            begin.get(k).copied(),
+            end.get(k).copied(),
+            stride,
+            size_mode,
+        )
+        .map_err(|(b, e)| {
+            format!("`strided_slice` bounds {b} and {e} on axis {ax} are in the wrong order")
+        })?;
+    }
+    Ok(plan)
+}
+
 /// `strided_slice`: per sliced axis, `begin`/`end` (negative counts from the end, clamped to the
 /// extent) and `strides` (negative walks backwards; missing entries are 1). With `axes`, only
 /// those axes are sliced; without, entries apply to the leading axes. In `slice_mode="size"`,

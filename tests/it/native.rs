@@ -111,7 +111,6 @@ const NOT_NATIVE: &[&str] = &[
     "nn.max_pool3d",
     "nn.avg_pool3d",
     "tile",
-    "strided_slice",
     "stack",
     "prod",
     "argmax",

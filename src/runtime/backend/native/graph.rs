@@ -186,6 +186,9 @@ pub enum NOp {
     Broadcast(NodeId),
     /// The input from `begin` along `axis`.
     Slice(NodeId, usize, usize),
+    /// `strided_slice`: output index `i` of axis `k` reads input index `start + step·i`
+    /// (`(start, step)` per axis; a negative step walks backwards).
+    Strided(NodeId, Vec<(i64, i64)>),
     Concat(Vec<NodeId>, usize),
     Take {
         data: NodeId,
@@ -234,6 +237,7 @@ impl NOp {
             | NOp::Transpose(a, _)
             | NOp::Broadcast(a)
             | NOp::Slice(a, _, _)
+            | NOp::Strided(a, _)
             | NOp::Layout(a, _, _)
             | NOp::Reduce { arg: a, .. }
             | NOp::Pool(a, _) => vec![*a],
@@ -780,6 +784,7 @@ impl OpCx<'_, '_> {
             | Op::LayoutTransform
             | Op::Concatenate
             | Op::Take
+            | Op::StridedSlice
             | Op::Pad => self.injective(op, args, self.out(outs, 0)?),
             Op::Split => self.split(args, outs),
             Op::Sum | Op::Mean | Op::Max | Op::Min => self.reduce(op, args, self.out(outs, 0)?),
@@ -827,7 +832,6 @@ impl OpCx<'_, '_> {
             | Op::Resize1d
             | Op::Resize2d
             | Op::Stack
-            | Op::StridedSlice
             | Op::Prod
             | Op::Variance
             | Op::Argmax
@@ -949,9 +953,50 @@ impl OpCx<'_, '_> {
                 NOp::Concat(parts, axis)
             }
             Op::Take => return self.take(args, o),
+            Op::StridedSlice => self.strided_slice(args, &o)?,
             _ => return self.pad(args, o),
         };
         Ok(Val::T(self.push(node, o.dims, o.dtype)))
+    }
+
+    /// `strided_slice` as an index map, from the same per-axis plan the reference
+    /// interpreter reads ([`crate::ops::strided_plan`]).
+    fn strided_slice(&mut self, args: &[Val], o: &Shape) -> Result<NOp, Unsupported> {
+        let a = self.arg(args, 0)?;
+        let dims = self.node(a).dims.clone();
+        let r = dims.len();
+        let ints = |name: &str| self.attr(name).as_ints();
+        let (Some(begin), Some(end)) = (ints("begin"), ints("end")) else {
+            return Err(self.err("`strided_slice` needs `begin` and `end`"));
+        };
+        let strides = ints("strides").unwrap_or_default();
+        let size_mode = match self.str("slice_mode")?.as_str() {
+            "end" => false,
+            "size" => true,
+            m => return Err(self.err(format!("`strided_slice` with slice_mode \"{m}\""))),
+        };
+        let axes = match ints("axes") {
+            Some(v) => Some(
+                v.iter()
+                    .map(|&x| self.axis(x, r))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
+        let plan =
+            crate::ops::strided_plan(&dims, &begin, &end, &strides, axes.as_deref(), size_mode)
+                .map_err(|e| self.err(e))?;
+        if plan
+            .iter()
+            .map(|s| s.len as usize)
+            .ne(o.dims.iter().copied())
+        {
+            return Err(self.err("`strided_slice` reads another shape than its type says"));
+        }
+        Ok(NOp::Strided(
+            a,
+            plan.iter().map(|s| (s.start, s.stride)).collect(),
+        ))
     }
 
     fn split(&mut self, args: &[Val], outs: &[Shape]) -> Result<Val, Unsupported> {

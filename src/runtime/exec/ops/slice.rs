@@ -90,35 +90,15 @@ fn strided_slice(c: &Call<'_>) -> Result<Box<dyn OpImpl>, Reason> {
             ))
         }
     };
-    let axes: Vec<usize> = match c.opt_ints("axes") {
-        Some(a) => a.iter().map(|&x| c.axis(x, r)).collect::<Result<_, _>>()?,
-        None => (0..r).collect(),
+    let axes: Option<Vec<usize>> = match c.opt_ints("axes") {
+        Some(a) => Some(a.iter().map(|&x| c.axis(x, r)).collect::<Result<_, _>>()?),
+        None => None,
     };
-    // Per input axis: first index and step (unsliced axes read everything).
-    let mut start = vec![0i64; r];
-    let mut step = vec![1i64; r];
-    let mut len: Vec<i64> = d.dims.iter().map(|&n| n as i64).collect();
-    for (k, &ax) in axes.iter().enumerate() {
-        let stride = if size_mode {
-            1
-        } else {
-            strides.get(k).copied().unwrap_or(1)
-        };
-        if stride == 0 {
-            return Err("`strided_slice` with a stride of 0".into());
-        }
-        let s = crate::ops::slice_axis(
-            d.dims[ax] as i64,
-            begin.get(k).copied(),
-            end.get(k).copied(),
-            stride,
-            size_mode,
-        )
-        .map_err(|(b, e)| {
-            format!("`strided_slice` bounds {b} and {e} on axis {ax} are in the wrong order")
-        })?;
-        (start[ax], step[ax], len[ax]) = (s.start, s.stride, s.len);
-    }
+    let plan =
+        crate::ops::strided_plan(&d.dims, &begin, &end, &strides, axes.as_deref(), size_mode)?;
+    let start: Vec<i64> = plan.iter().map(|s| s.start).collect();
+    let step: Vec<i64> = plan.iter().map(|s| s.stride).collect();
+    let len: Vec<i64> = plan.iter().map(|s| s.len).collect();
     if len.iter().map(|&l| l as usize).ne(o.dims.iter().copied()) {
         return Err(format!(
             "`strided_slice` reads {len:?} but its type says {:?}",

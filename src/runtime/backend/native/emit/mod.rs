@@ -809,6 +809,14 @@ impl<'a> Cx<'a> {
                 ai[*axis] = ai[*axis].plus(*begin as i64);
                 self.val(*a, &ai)
             }
+            NOp::Strided(a, plan) => {
+                let ai: Vec<Ix> = ix
+                    .iter()
+                    .zip(plan)
+                    .map(|(i, &(start, step))| i.scale(step).plus(start))
+                    .collect();
+                self.val(*a, &ai)
+            }
             NOp::Take {
                 data,
                 idx,

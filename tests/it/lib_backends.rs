@@ -1016,6 +1016,14 @@ fn dense_shape_classes() {
             "add(add(nn.dense(%a0, %a1, units=24), %a2), %a3)",
             vec![b, "Tensor[(6, 24), float32]"],
         ),
+        // Two full-shape summands (Falcon's parallel residual): oneDNN takes one `sum`, the
+        // second is a binary add.
+        (
+            "dnnl.dense_bias_sum",
+            "Tensor[(6, 16), float32]",
+            "add(add(nn.dense(%a0, %a1, units=24), %a2), %a3)",
+            vec!["Tensor[(6, 24), float32]", "Tensor[(6, 24), float32]"],
+        ),
         (
             "dnnl.dense_bias",
             "Tensor[(6, 16), float32]",

@@ -1244,6 +1244,10 @@ fn anchor_shape(anchor: &Anchor) -> Vec<usize> {
     }
 }
 
+fn has_sum(posts: &[Post]) -> bool {
+    posts.iter().any(|p| matches!(p, Post::Sum(_)))
+}
+
 /// Classifies the peeled post-ops (innermost first) into oneDNN's post-ops.
 fn posts(
     anchor: &Anchor,
@@ -1264,7 +1268,9 @@ fn posts(
             Raw::Elt(alg, alpha, beta) => posts.push(Post::Eltwise(alg, alpha, beta)),
             // A residual added to the reshaped result: the same bytes in the primitive's
             // destination, so still a `sum`.
-            Raw::Bin(alg, o, shape) if reshaped && alg == Alg::BINARY_ADD && shape == in_shape => {
+            Raw::Bin(alg, o, shape)
+                if reshaped && alg == Alg::BINARY_ADD && shape == in_shape && !has_sum(&posts) =>
+            {
                 posts.push(Post::Sum(o))
             }
             _ if reshaped => {
@@ -1317,7 +1323,8 @@ fn posts(
                 });
                 if alg == Alg::BINARY_ADD && first && per_channel {
                     posts.push(Post::Bias(o));
-                } else if alg == Alg::BINARY_ADD && al == anchor_shape {
+                } else if alg == Alg::BINARY_ADD && al == anchor_shape && !has_sum(&posts) {
+                    // oneDNN takes one `sum`; a second full-shape add is a binary post-op.
                     posts.push(Post::Sum(o));
                 } else {
                     posts.push(Post::Binary(alg, o, al));

@@ -550,6 +550,7 @@ impl ModelFlags {
             format: self.model_format,
             input_shapes: self.input_shapes.clone(),
             dims: self.dims.clone(),
+            file_shapes: Vec::new(),
             simplify: on.then_some(collage::runtime::simplify::Options { seed }),
         }
     }

@@ -99,6 +99,9 @@ pub struct ModelOptions {
     pub input_shapes: Vec<String>,
     /// `SYMBOL=N` dimension sizes (`--dim`).
     pub dims: Vec<String>,
+    /// `NAME=D1xD2x...` shapes of the `.npy` files given for inputs (`run --input`): they size
+    /// an input `--input-shape` does not, and must agree with `--dim` and with each other.
+    pub file_shapes: Vec<String>,
     /// Whether the model is simplified once loaded, with the seed of the constants it binds
     /// (`None`: shown as given; `docs/simplify.md`).
     pub simplify: Option<crate::runtime::simplify::Options>,
@@ -145,7 +148,7 @@ impl ModelOptions {
             };
             if let Ok(t) = crate::runtime::exec::npy::read(&bytes) {
                 let dims: Vec<String> = t.shape().iter().map(usize::to_string).collect();
-                out.input_shapes.push(format!("{onnx}={}", dims.join("x")));
+                out.file_shapes.push(format!("{onnx}={}", dims.join("x")));
             }
         }
         out
@@ -280,11 +283,17 @@ pub fn onnx_from(
         report(&all, sources);
         Outcome::InputErrors
     };
-    let bindings = onnx::shapes::Bindings::parse(
+    let mut bindings = onnx::shapes::Bindings::parse(
         opts.input_shapes.iter().map(String::as_str),
         opts.dims.iter().map(String::as_str),
     )
     .map_err(|d| fail(vec![d], sources))?;
+    bindings.files = opts
+        .file_shapes
+        .iter()
+        .map(|s| onnx::shapes::parse_input_shape(s))
+        .collect::<Result<_, _>>()
+        .map_err(|d| fail(vec![d], sources))?;
     let model = match origin {
         Origin::File(path) => onnx::load_file(path),
         Origin::Bytes {

@@ -320,6 +320,13 @@ fn unsupported_types_domains_control_flow_and_training() {
         m.graph.as_mut().unwrap().node[2].op_type = Some(op.into());
         expect(&m, E3005, &[op, "out of scope", "node #2"]);
     }
+    // A refused node's readers are not reported again as reading a value without a producer.
+    for k in [0, 1] {
+        let mut m = mlp();
+        m.graph.as_mut().unwrap().node[k].op_type = Some("If".into());
+        let codes: Vec<&str> = load(&m).unwrap_err().iter().map(|d| d.code.id).collect();
+        assert_eq!(codes, ["E3005"], "node {k}");
+    }
     let mut m = mlp();
     let body = b::graph(vec![], vec![], vec![], vec![]);
     m.graph.as_mut().unwrap().node[2]
@@ -551,6 +558,59 @@ fn shapes_bind_per_input_and_per_symbol_then_fold() {
     let f = fold(&m, &oracle).unwrap();
     assert_eq!(f.values["ys"].to_i64().unwrap(), [2, 15]);
     assert_eq!(f.folded, [0, 1, 2, 3, 5, 6, 8, 9]);
+}
+
+#[test]
+fn data_files_size_inputs_and_must_agree_with_dims_and_each_other() {
+    let m = b::model(
+        13,
+        b::graph(
+            vec![b::node("Add", &["x", "y"], &["z"], vec![])],
+            vec![
+                b::value("x", code::FLOAT, &["batch", "seq"]),
+                b::value("y", code::FLOAT, &["batch", "seq"]),
+            ],
+            vec![b::value("z", code::FLOAT, &["?"])],
+            vec![],
+        ),
+    );
+    let m = load(&m).unwrap();
+    let with = |dims: &[&str], files: &[(&str, &[u64])]| {
+        let mut b = Bindings::parse([], dims.iter().copied()).unwrap();
+        b.files = files
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_vec()))
+            .collect();
+        bind_inputs(&m, &b)
+    };
+    // Files size the inputs, with or without a `--dim` that agrees.
+    let (inputs, _) = with(&[], &[("x", &[2, 3]), ("y", &[2, 3])]).unwrap();
+    assert_eq!(inputs[1].shape, [2, 3]);
+    // `y` has no file: `--dim batch` sizes it with `seq`.
+    let (inputs, _) = with(&["batch=2", "seq=3"], &[("x", &[2, 3])]).unwrap();
+    assert_eq!(
+        (inputs[0].shape.clone(), inputs[1].shape.clone()),
+        (vec![2, 3], vec![2, 3])
+    );
+    // A file against `--dim`, and two files against each other.
+    let e = with(&["seq=16"], &[("x", &[1, 8]), ("y", &[1, 16])]).unwrap_err();
+    assert_eq!(e[0].code, E3019);
+    let text = rendered(&e[0]);
+    assert!(
+        text.contains("`x` has size 8 on axis 1 (`seq`)") && text.contains("--dim seq=16"),
+        "{text}"
+    );
+    let e = with(&[], &[("x", &[1, 16]), ("y", &[1, 8])]).unwrap_err();
+    let text = rendered(&e[0]);
+    assert!(text.contains("input `x` (seq = 16)"), "{text}");
+    // `--input-shape` still wins over `--dim` on its input.
+    let mut b = Bindings::parse(["x=1x8"], ["batch=1", "seq=16"]).unwrap();
+    b.files = vec![("y".into(), vec![1, 16])];
+    let (inputs, _) = bind_inputs(&m, &b).unwrap();
+    assert_eq!(
+        (inputs[0].shape.clone(), inputs[1].shape.clone()),
+        (vec![1, 8], vec![1, 16])
+    );
 }
 
 #[test]

@@ -317,6 +317,9 @@ enum Producer {
     Weight,
     /// A node, by its position in the list of non-`Constant` nodes.
     Node(usize),
+    /// A node refused with an error already reported (control flow, another domain, ...): its
+    /// readers are not reported again as reading a value without a producer.
+    Refused,
 }
 
 struct Builder<'a> {
@@ -430,8 +433,16 @@ impl Builder<'_> {
             if self.full() {
                 break;
             }
-            if let Some(node) = self.node(index, n, &mut weights, &mut producers) {
-                nodes.push(node);
+            let before = self.errors.len();
+            let outs = n.output.clone();
+            match self.node(index, n, &mut weights, &mut producers) {
+                Some(node) => nodes.push(node),
+                None if self.errors.len() > before => {
+                    for o in outs.into_iter().filter(|o| !o.is_empty()) {
+                        producers.entry(o).or_insert(Producer::Refused);
+                    }
+                }
+                None => {}
             }
         }
         let nodes = self.sort(nodes, &producers, &outputs);
@@ -641,7 +652,7 @@ impl Builder<'_> {
             let what = match prev {
                 Producer::Input => "a graph input",
                 Producer::Weight => "a weight",
-                Producer::Node(_) => "another node",
+                Producer::Node(_) | Producer::Refused => "another node",
             };
             let mut place = place.clone();
             place.tensor = Some(name.to_string());

@@ -82,6 +82,9 @@ pub struct Bindings {
     pub inputs: Vec<(String, Vec<u64>)>,
     /// Sizes of symbols.
     pub dims: Vec<(String, u64)>,
+    /// Shapes of the data files given for inputs: used for inputs [`Bindings::inputs`] does
+    /// not size, and checked against `dims` and against each other on named dimensions.
+    pub files: Vec<(String, Vec<u64>)>,
 }
 
 impl Bindings {
@@ -96,6 +99,7 @@ impl Bindings {
                 .map(parse_input_shape)
                 .collect::<Result<_, _>>()?,
             dims: dims.into_iter().map(parse_dim).collect::<Result<_, _>>()?,
+            files: Vec::new(),
         })
     }
 }
@@ -144,22 +148,74 @@ pub fn bind_inputs(
     }
     let mut out = Vec::new();
     let mut unbound = false;
+    // The size each named dimension takes in the files read so far, and the input it came from.
+    let mut from_files: FxHashMap<&str, (u64, &str)> = FxHashMap::default();
     for input in &model.graph.inputs {
         let dtype = input.dtype.unwrap_or(DType::F32);
-        let given = bindings
+        let flag = bindings
             .inputs
             .iter()
             .rev()
             .find(|(n, _)| *n == input.name)
             .map(|(_, s)| s);
-        if let Some(shape) = given {
+        let file = bindings
+            .files
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == input.name)
+            .map(|(_, s)| s);
+        if let (None, Some(shape), Some(dims)) = (flag, file, &input.shape) {
+            let named = dims
+                .iter()
+                .zip(shape)
+                .enumerate()
+                .filter_map(|(axis, (d, &n))| {
+                    if let Dim::Symbol(s) = d {
+                        Some((axis, s.as_str(), n))
+                    } else {
+                        None
+                    }
+                });
+            for (axis, s, n) in named {
+                let clash = match (symbols.get(s), from_files.get(s)) {
+                    (Some(&v), _) if v != n => Some(format!("`--dim {s}={v}`")),
+                    (_, Some(&(v, other))) if v != n => {
+                        Some(format!("the file given for input `{other}` ({s} = {v})"))
+                    }
+                    _ => None,
+                };
+                if let Some(why) = clash {
+                    errors.push(
+                        Diagnostic::error(
+                            E3019,
+                            format!(
+                                "the file given for input `{}` has size {n} on axis {axis} \
+                                 (`{s}`), which disagrees with {why}",
+                                input.name
+                            ),
+                        )
+                        .with_place(place(&input.name)),
+                    );
+                }
+                if let Some(u) = used_symbols.get_mut(s) {
+                    *u = true;
+                }
+                from_files.entry(s).or_insert((n, input.name.as_str()));
+            }
+        }
+        let by = if flag.is_some() {
+            "the binding gives"
+        } else {
+            "the file given for it has"
+        };
+        if let Some(shape) = flag.or(file) {
             if let Some(dims) = &input.shape {
                 if dims.len() != shape.len() {
                     errors.push(
                         Diagnostic::error(
                             E3019,
                             format!(
-                                "input `{}` has rank {} ({}) but the binding gives {} dimensions",
+                                "input `{}` has rank {} ({}) but {by} {} dimensions",
                                 input.name,
                                 dims.len(),
                                 show_dims(dims),
@@ -177,7 +233,7 @@ pub fn bind_inputs(
                                 Diagnostic::error(
                                     E3019,
                                     format!(
-                                        "input `{}` has size {f} on axis {axis}, but the binding gives {n}",
+                                        "input `{}` has size {f} on axis {axis}, but {by} {n}",
                                         input.name
                                     ),
                                 )

@@ -366,6 +366,7 @@ pub fn prepare(c: &Case, max_bytes: u64) -> Result<Prepared, Verdict> {
                 .filter_map(|v| Some((v.name.clone(), data_of(&v.name)?.shape.clone())))
                 .collect(),
             dims: Vec::new(),
+            files: Vec::new(),
         };
         match onnx::import::import(&model, &bindings, &mut SourceMap::new()) {
             Ok(imported) => break imported.module,

@@ -86,7 +86,7 @@ fn fixtures() -> Vec<Fixture> {
         .into_iter()
         .filter(|f| f.manifest.get("expect").is_none())
         .collect();
-    assert!(out.len() >= 14, "only {} fixtures", out.len());
+    assert!(out.len() >= 18, "only {} fixtures", out.len());
     out
 }
 

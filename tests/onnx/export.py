@@ -192,6 +192,31 @@ def bert(full):
     return BertOutputs(cfg)
 
 
+def swin_tiny():
+    """torchvision's Swin Transformer, one stage of two blocks: windows of 4 on a 10 x 10 grid
+    of patches, so the export computes its padding with `Mod` of the grid's size and builds the
+    shifted windows' mask with `ScatterND` (both folded at import)."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    m = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2], num_heads=[2],
+                        window_size=[4, 4], num_classes=10)
+    return m
+
+
+class ShiftPad(torch.nn.Module):
+    """MobileBERT's embedding trick: the sequence shifted by one and padded with `F.pad`, which
+    PyTorch exports as a chain of `ConstantOfShape`, `Concat`, `Reshape`, `Slice`, `Transpose`
+    and `Cast` that must fold into `Pad`'s constant pads."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(24, 8)
+
+    def forward(self, x):
+        left = torch.nn.functional.pad(x[:, 1:], [0, 0, 0, 1], value=0.0)
+        right = torch.nn.functional.pad(x[:, :-1], [0, 0, 1, 0], value=0.0)
+        return self.proj(torch.cat([left, x, right], dim=2))
+
+
 def image_input(gen, batch, size):
     return {"input": torch.randn(batch, 3, size, size, generator=gen)}
 
@@ -231,6 +256,13 @@ def specs(full):
                          outputs=["output"], axes=VISION_AXES, batch_norm=True,
                          image_size=size, options={})
     if not full:
+        out["swin_tiny"] = dict(ctor=swin_tiny, inputs=lambda g: image_input(g, batch, 40),
+                                outputs=["output"], axes=VISION_AXES, batch_norm=False,
+                                image_size=40, options={})
+        out["shift_pad"] = dict(
+            ctor=ShiftPad, inputs=lambda g: {"x": torch.randn(2, 7, 8, generator=g)},
+            outputs=["y"], axes={"x": {0: "batch", 1: "sequence"}, "y": {0: "batch", 1: "sequence"}},
+            batch_norm=False, options={})
         # The same tiny ResNet, exported without folding batch norm into the convolutions
         # (TrainingMode.PRESERVE on a model in eval mode), as TensorFlow and Paddle exports keep
         # it: BatchNormalization nodes with running statistics.

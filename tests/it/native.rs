@@ -105,7 +105,6 @@ const NOT_NATIVE: &[&str] = &[
     "nn.batch_flatten",
     "nn.matmul",
     "nn.instance_norm",
-    "nn.conv1d",
     "nn.conv2d_transpose",
     "nn.conv3d",
     "nn.max_pool3d",

@@ -795,6 +795,7 @@ impl OpCx<'_, '_> {
             Op::Dense => self.dense(args, self.out(outs, 0)?),
             Op::BatchMatmul => self.batch_matmul(args, self.out(outs, 0)?),
             Op::Conv2d => self.conv2d(args, self.out(outs, 0)?),
+            Op::Conv1d => self.conv1d(args, self.out(outs, 0)?),
             Op::MaxPool2d | Op::AvgPool2d | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
                 self.pool(args, self.out(outs, 0)?)
             }
@@ -819,7 +820,6 @@ impl OpCx<'_, '_> {
             | Op::InstanceNorm
             | Op::GroupNorm
             | Op::Dropout
-            | Op::Conv1d
             | Op::Conv3d
             | Op::Conv2dTranspose
             | Op::Conv3dTranspose
@@ -1421,27 +1421,8 @@ impl OpCx<'_, '_> {
     }
 
     fn conv2d(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
-        let (d, w) = (self.arg(args, 0)?, self.arg(args, 1)?);
-        self.require_float(&[d, w])?;
-        self.require_out_float(&o)?;
-        let dl = self.str("data_layout")?;
-        let kl = self.str("kernel_layout")?;
-        let ol = match self.str("out_layout")?.as_str() {
-            "" => dl.clone(),
-            s => s.to_string(),
-        };
-        let dc = self.relayout(d, &dl, "NCHW")?;
-        let wc = self.relayout(w, &kl, "OIHW")?;
+        let (dc, wc, ol, groups) = self.conv_operands(args, &o, "NCHW", "OIHW")?;
         let (dd, kd) = (self.node(dc).dims.clone(), self.node(wc).dims.clone());
-        if dd.len() != 4 || kd.len() != 4 {
-            return Err(self.err("`nn.conv2d` needs 4-d data and weights"));
-        }
-        let groups = usize::try_from(self.int("groups")?).unwrap_or(0);
-        if groups == 0 || dd[1] % groups != 0 || kd[0] % groups != 0 || kd[1] * groups != dd[1] {
-            return Err(self.err(format!(
-                "`nn.conv2d` with groups={groups} does not fit data {dd:?} and weight {kd:?}"
-            )));
-        }
         let stride = self.pair("strides")?;
         let dilation = self.pair("dilation")?;
         let [pt, pl, pb, pr] = self.padding4()?;
@@ -1474,6 +1455,93 @@ impl OpCx<'_, '_> {
         if self.node(r).dims != o.dims {
             return Err(self.err(format!(
                 "`nn.conv2d` computes {:?} but its type says {:?}",
+                self.node(r).dims,
+                o.dims
+            )));
+        }
+        Ok(Val::T(r))
+    }
+
+    /// A convolution's data and weights in the layouts `data` and `kernel` (`NC..`, `OI..`), the
+    /// result's layout, and its groups, checked against the channels.
+    fn conv_operands(
+        &mut self,
+        args: &[Val],
+        o: &Shape,
+        data: &str,
+        kernel: &str,
+    ) -> Result<(NodeId, NodeId, String, usize), Unsupported> {
+        let name = self.def.name;
+        let (d, w) = (self.arg(args, 0)?, self.arg(args, 1)?);
+        self.require_float(&[d, w])?;
+        self.require_out_float(o)?;
+        let dl = self.str("data_layout")?;
+        let kl = self.str("kernel_layout")?;
+        let ol = match self.str("out_layout")?.as_str() {
+            "" => dl.clone(),
+            s => s.to_string(),
+        };
+        let dc = self.relayout(d, &dl, data)?;
+        let wc = self.relayout(w, &kl, kernel)?;
+        let (dd, kd) = (&self.node(dc).dims, &self.node(wc).dims);
+        if dd.len() != data.len() || kd.len() != kernel.len() {
+            return Err(self.err(format!("`{name}` needs {}-d data and weights", data.len())));
+        }
+        let groups = usize::try_from(self.int("groups")?).unwrap_or(0);
+        if groups == 0 || dd[1] % groups != 0 || kd[0] % groups != 0 || kd[1] * groups != dd[1] {
+            return Err(self.err(format!(
+                "`{name}` with groups={groups} does not fit data {dd:?} and weight {kd:?}"
+            )));
+        }
+        Ok((dc, wc, ol, groups))
+    }
+
+    /// `nn.conv1d` as a convolution over a height of 1: the data `[N, C, W]` viewed as
+    /// `[N, C, 1, W]`, the weights `[O, I, K]` as `[O, I, 1, K]`, the result viewed back.
+    fn conv1d(&mut self, args: &[Val], o: Shape) -> Result<Val, Unsupported> {
+        let (dc, wc, ol, groups) = self.conv_operands(args, &o, "NCW", "OIW")?;
+        let (dd, kd) = (self.node(dc).dims.clone(), self.node(wc).dims.clone());
+        let one = |name: &str| -> Result<usize, Unsupported> {
+            match self.ints(name)?.as_slice() {
+                [v] if *v > 0 => Ok(*v as usize),
+                _ => Err(self.err(format!("attribute `{name}` needs one positive value"))),
+            }
+        };
+        let (stride, dilation) = (one("strides")?, one("dilation")?);
+        let (before, after) = geom::padding(&self.ints("padding")?, 1).map_err(|e| match e {
+            AxisError::Value(x) => self.err(format!("negative padding {x}")),
+            AxisError::Count(_) => self.err("padding needs 1 or 2 values"),
+        })?;
+        let (pl, pr) = (before[0] as usize, after[0] as usize);
+        if kd[2] == 0 {
+            return Err(self.err("`nn.conv1d` with an empty kernel window"));
+        }
+        let ow = geom::window_out_usize(dd[2], kd[2], pl + pr, stride, dilation, false)
+            .ok_or_else(|| self.err("the convolution window is larger than the input"))?;
+        let (dt, wt) = (self.node(dc).dtype, self.node(wc).dtype);
+        let d4 = self.push(NOp::Reshape(dc), vec![dd[0], dd[1], 1, dd[2]], dt);
+        let w4 = self.push(NOp::Reshape(wc), vec![kd[0], kd[1], 1, kd[2]], wt);
+        let g = ConvGeom {
+            n: dd[0],
+            c: dd[1],
+            h: 1,
+            w: dd[2],
+            o: kd[0],
+            kh: 1,
+            kw: kd[2],
+            oh: 1,
+            ow,
+            groups,
+            stride: (1, stride),
+            dilation: (1, dilation),
+            pad: (0, pl),
+        };
+        let conv = self.push(NOp::Conv(d4, w4, g), vec![g.n, g.o, 1, ow], o.dtype);
+        let flat = self.push(NOp::Reshape(conv), vec![g.n, g.o, ow], o.dtype);
+        let r = self.relayout(flat, "NCW", &ol)?;
+        if self.node(r).dims != o.dims {
+            return Err(self.err(format!(
+                "`nn.conv1d` computes {:?} but its type says {:?}",
                 self.node(r).dims,
                 o.dims
             )));

@@ -101,6 +101,17 @@ pub fn decide(
             format!("ONNX Runtime is skipped: {}", ffi::unavailable_message(why)),
         ));
     }
+    if let (true, Ok(rt)) = (required, &runtime) {
+        // Asked for: a model ONNX Runtime cannot open is said now, not after partitioning
+        // and timing everything else.
+        if let Err(d) = Session::open(rt, model, Settings::threads(threads.max(1))) {
+            diag::emit_alone(
+                Diagnostic::error(diag::E2421, with_notes(d.message.clone(), &d))
+                .with_note("asked for by `--onnxruntime always`; `--onnxruntime auto` skips it with a warning"),
+            );
+            return Err(Outcome::InputErrors);
+        }
+    }
     Ok(Some(Plan {
         model: model.to_path_buf(),
         threads: threads.max(1),

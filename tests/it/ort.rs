@@ -367,6 +367,62 @@ fn placement<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
 
 const MOBILENET: &str = "tests/fixtures/onnx/mobilenet_v2_tiny-opset13/model.onnx";
 
+/// A model collage imports but ONNX Runtime cannot open (1.23.2 has no `Trilu` kernel for
+/// int32, which Mistral's sliding-window mask needs): `--onnxruntime always` says so before
+/// partitioning (E2421, exit 1, no report); `auto` skips it with W2422 and benches the rest.
+#[test]
+fn a_model_onnx_runtime_cannot_open_is_said_before_partitioning() {
+    let Some(rt) = runtime_or_skip("a_model_onnx_runtime_cannot_open_is_said_before_partitioning")
+    else {
+        return;
+    };
+    use collage::frontend::onnx::builder::{self as b, code};
+    let dir = tempfile::tempdir().unwrap();
+    let m = b::model(
+        14,
+        b::graph(
+            vec![
+                b::node("Cast", &["x"], &["i"], vec![b::attr_int("to", 6)]),
+                b::node("Trilu", &["i"], &["t"], vec![b::attr_int("upper", 1)]),
+                b::node("Cast", &["t"], &["y"], vec![b::attr_int("to", 1)]),
+            ],
+            vec![b::value("x", code::FLOAT, &["4", "4"])],
+            vec![b::value("y", code::FLOAT, &["4", "4"])],
+            vec![],
+        ),
+    );
+    let model = dir.path().join("trilu.onnx");
+    std::fs::write(&model, b::encode(&m)).unwrap();
+    let model = model.display().to_string();
+    let out = bench(
+        dir.path(),
+        &model,
+        Some(&rt.path),
+        &["--onnxruntime", "always"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("E2421") && err.contains("cannot open"),
+        "{err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = bench(
+        dir.path(),
+        &model,
+        Some(&rt.path),
+        &["--onnxruntime", "auto"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("W2422"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Collage plan"));
+}
+
 /// `collage bench` on an ONNX file: ONNX Runtime's row ran on the same file with the bench's
 /// threads, its outputs are within tolerance of the reference interpreter's, it was timed in
 /// the same rounds as the other placements, and the speed-up over it is in the JSON (and the

@@ -356,6 +356,30 @@ fn unsupported_operators_name_the_node() {
     }
 }
 
+/// A failed node's readers are not reported again (they are counted in a note), but an
+/// independent failure is, even on a node with an omitted optional input after a failed node
+/// with an omitted output.
+#[test]
+fn one_error_per_failed_node_not_per_reader() {
+    let g = b::graph(
+        vec![
+            b::node("Einsum", &["x", "x"], &["a", ""], vec![]),
+            b::node("Relu", &["a"], &["r"], vec![]),
+            b::node("Neg", &["r"], &["n"], vec![]),
+            b::node("Det", &["x", ""], &["d"], vec![]),
+            b::node("Add", &["n", "d"], &["y"], vec![]),
+        ],
+        vec![b::value("x", b::code::FLOAT, &["2", "2"])],
+        vec![b::value("y", b::code::FLOAT, &["2", "2"])],
+        vec![],
+    );
+    let ds = import_proto(&b::model(13, g), &none()).unwrap_err();
+    assert_eq!(codes(&ds), vec![collage::diag::E3022, collage::diag::E3022]);
+    let text = collage::diag::render_plain(&ds[1], &SourceMap::new());
+    assert!(text.contains("Det"), "{text}");
+    assert!(text.contains("3 later node(s)"), "{text}");
+}
+
 /// A `Reshape` whose shape depends on the input's values cannot be imported: E3025.
 #[test]
 fn shapes_computed_from_input_values_are_e3025() {

@@ -339,10 +339,17 @@ impl<'m> Folder<'m> {
                     }
                     // Every present input must be known, or a weight the folder takes; only
                     // then are the weights among them read.
+                    // The operators that also apply to weights fold only small values: shape
+                    // computations are small, and folding large weights would spend the
+                    // folding budget they need.
+                    let small_only = SMALL_ONLY.contains(&node.op_type.as_str());
+                    let limit = if small_only { SMALL_VALUE } else { usize::MAX };
                     let available = node.inputs.iter().all(|i| {
                         i.is_empty()
-                            || known.contains_key(i.as_str())
-                            || weights.get(i.as_str()).is_some_and(|t| Value::fits(t))
+                            || known.get(i.as_str()).is_some_and(|v| v.data.len() <= limit)
+                            || weights
+                                .get(i.as_str())
+                                .is_some_and(|t| Value::fits(t) && t.len() <= limit)
                     });
                     if !available {
                         return Ok(false);
@@ -467,6 +474,12 @@ impl<'m> Folder<'m> {
         self.out
     }
 }
+
+/// Operators of [`SUPPORTED`] that fold only inputs of at most [`SMALL_VALUE`] elements.
+const SMALL_ONLY: &[&str] = &["Transpose", "Abs", "Floor", "Ceil"];
+
+/// The most elements an input of a [`SMALL_ONLY`] operator may have to fold.
+const SMALL_VALUE: usize = 4096;
 
 const SUPPORTED: &[&str] = &[
     "Gather",
@@ -1204,6 +1217,12 @@ fn transpose(node: &Node, a: &Value) -> R<Value> {
     };
     let shape: Vec<usize> = perm.iter().map(|&k| a.shape[k]).collect();
     let n = count(&shape)?;
+    if n == 0 {
+        return Ok(Value {
+            shape,
+            data: a.data.take(&[]),
+        });
+    }
     // The input's strides, read in the output's axis order.
     let mut strides = vec![1usize; r];
     for k in (0..r.saturating_sub(1)).rev() {
@@ -1764,6 +1783,10 @@ mod tests {
         let perm = AttrValue::Ints(vec![2, 0, 1]);
         let t = ok("Transpose", vec![("perm", perm)], &[&c]);
         assert_eq!(t, i64v(&[3, 2, 1], &[0, 3, 1, 4, 2, 5]));
+        // Empty, with extents whose product would overflow the strides.
+        let big = 1 << 20;
+        let e = ok("Transpose", vec![], &[&i64v(&[0, big, big, big, big], &[])]);
+        assert_eq!(e.shape, [big, big, big, big, 0]);
         for bad in [vec![0, 0], vec![0], vec![0, 2], vec![-1, 0]] {
             let r = run(
                 "Transpose",

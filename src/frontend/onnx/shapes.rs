@@ -327,7 +327,11 @@ fn unbound_error(model: &Model, bindings: &Bindings, symbols: &FxHashMap<&str, u
             ..ModelPlace::default()
         });
     for input in &model.graph.inputs {
-        let bound = bindings.inputs.iter().any(|(n, _)| *n == input.name);
+        let bound = bindings
+            .inputs
+            .iter()
+            .chain(&bindings.files)
+            .any(|(n, _)| *n == input.name);
         let dims = match &input.shape {
             Some(dims) => show_dims(dims),
             None => "unknown rank".to_string(),

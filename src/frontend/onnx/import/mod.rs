@@ -130,7 +130,12 @@ pub fn import(
         cx.node = Some(node);
         cx.span = line_spans[k];
         if !undefined.is_empty() && node.inputs.iter().any(|i| undefined.contains(i.as_str())) {
-            undefined.extend(node.outputs.iter().map(String::as_str));
+            undefined.extend(
+                node.outputs
+                    .iter()
+                    .filter(|o| !o.is_empty())
+                    .map(String::as_str),
+            );
             downstream += 1;
             continue;
         }
@@ -143,7 +148,12 @@ pub fn import(
             Ok(false) => {}
             Err(d) => {
                 errors.push(d);
-                undefined.extend(node.outputs.iter().map(String::as_str));
+                undefined.extend(
+                    node.outputs
+                        .iter()
+                        .filter(|o| !o.is_empty())
+                        .map(String::as_str),
+                );
                 if errors.len() >= super::MAX_ERRORS {
                     break;
                 }
@@ -157,7 +167,12 @@ pub fn import(
             }
         }
         if errors.len() > before {
-            undefined.extend(node.outputs.iter().map(String::as_str));
+            undefined.extend(
+                node.outputs
+                    .iter()
+                    .filter(|o| !o.is_empty())
+                    .map(String::as_str),
+            );
         }
     }
     if !errors.is_empty() {

@@ -325,11 +325,17 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
             let x = cx.input(0)?;
             if node.outputs.get(1).is_some_and(|o| !o.is_empty()) {
                 // In inference nothing is dropped: the mask keeps every element.
+                // Boolean from opset 10; before, of the data's type.
                 let shape = cx.shape(x)?;
+                let dtype = if opset >= 10 {
+                    "bool".to_string()
+                } else {
+                    cx.dtype_of_expr(x)?.to_string()
+                };
                 let keep = cx.call(
                     Op::Ones,
                     &[],
-                    &[("shape", ints(&shape)), ("dtype", string("bool"))],
+                    &[("shape", ints(&shape)), ("dtype", string(&dtype))],
                 )?;
                 cx.bind(1, keep);
             }

@@ -993,9 +993,12 @@ impl OpCx<'_, '_> {
         {
             return Err(self.err("`strided_slice` reads another shape than its type says"));
         }
+        // An axis read once needs no step (a huge one would only grow the index arithmetic).
         Ok(NOp::Strided(
             a,
-            plan.iter().map(|s| (s.start, s.stride)).collect(),
+            plan.iter()
+                .map(|s| (s.start, if s.len <= 1 { 1 } else { s.stride }))
+                .collect(),
         ))
     }
 

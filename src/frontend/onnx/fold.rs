@@ -632,19 +632,30 @@ fn broadcast_index(shape: &[usize], out: &[usize], n: usize) -> Vec<usize> {
         strides[j] = if shape[i] == 1 { 0 } else { s };
         s = s.saturating_mul(shape[i]);
     }
+    positions(out, &strides, n)
+}
+
+/// The flat positions read by the first `n` elements of `shape` (row-major order) when axis
+/// `k` advances `step[k]` positions.
+fn positions(shape: &[usize], step: &[usize], n: usize) -> Vec<usize> {
     let mut idx = Vec::with_capacity(n);
-    let mut pos = vec![0usize; r];
+    let mut pos = vec![0usize; shape.len()];
     for _ in 0..n {
-        idx.push(pos.iter().zip(&strides).map(|(p, s)| p * s).sum());
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < out[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        idx.push(pos.iter().zip(step).map(|(p, s)| p * s).sum());
+        advance(&mut pos, shape);
     }
     idx
+}
+
+/// `pos` moved to the next index of `shape` in row-major order (back to zeros after the last).
+fn advance(pos: &mut [usize], shape: &[usize]) {
+    for k in (0..pos.len()).rev() {
+        pos[k] += 1;
+        if pos[k] < shape[k] {
+            return;
+        }
+        pos[k] = 0;
+    }
 }
 
 fn arg<'a>(args: &[Option<&'a Value>], i: usize) -> R<&'a Value> {
@@ -1229,18 +1240,7 @@ fn transpose(node: &Node, a: &Value) -> R<Value> {
         strides[k] = strides[k + 1] * a.shape[k + 1];
     }
     let step: Vec<usize> = perm.iter().map(|&k| strides[k]).collect();
-    let mut idx = Vec::with_capacity(n);
-    let mut pos = vec![0usize; r];
-    for _ in 0..n {
-        idx.push(pos.iter().zip(&step).map(|(p, s)| p * s).sum());
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < shape[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
-    }
+    let idx = positions(&shape, &step, n);
     Ok(Value {
         shape,
         data: a.data.take(&idx),
@@ -1404,13 +1404,7 @@ fn slice(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
                 .map(|k| (first[k] as i128 + cur[k] as i128 * stride[k]) as usize * strides[k])
                 .sum(),
         );
-        for k in (0..r).rev() {
-            cur[k] += 1;
-            if cur[k] < shape[k] {
-                break;
-            }
-            cur[k] = 0;
-        }
+        advance(&mut cur, &shape);
     }
     Ok(Value {
         shape,

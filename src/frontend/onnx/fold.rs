@@ -647,6 +647,17 @@ fn positions(shape: &[usize], step: &[usize], n: usize) -> Vec<usize> {
     idx
 }
 
+/// The row-major strides of `shape`. Callers have a result with elements, so every dimension
+/// of the input is positive and the strides are at most its element count; saturating keeps
+/// them from overflowing regardless.
+fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1].saturating_mul(shape[k + 1]);
+    }
+    strides
+}
+
 /// `pos` moved to the next index of `shape` in row-major order (back to zeros after the last).
 fn advance(pos: &mut [usize], shape: &[usize]) {
     for k in (0..pos.len()).rev() {
@@ -1235,10 +1246,7 @@ fn transpose(node: &Node, a: &Value) -> R<Value> {
         });
     }
     // The input's strides, read in the output's axis order.
-    let mut strides = vec![1usize; r];
-    for k in (0..r.saturating_sub(1)).rev() {
-        strides[k] = strides[k + 1] * a.shape[k + 1];
-    }
+    let strides = row_major_strides(&a.shape);
     let step: Vec<usize> = perm.iter().map(|&k| strides[k]).collect();
     let idx = positions(&shape, &step, n);
     Ok(Value {
@@ -1390,12 +1398,7 @@ fn slice(node: &Node, opset: i64, args: &[Option<&Value>]) -> R<Value> {
             data: a.data.take(&[]),
         });
     }
-    // Every dimension of the input is positive here, so these strides are at most its element
-    // count; saturating keeps them from overflowing regardless.
-    let mut strides = vec![1usize; r];
-    for k in (0..r.saturating_sub(1)).rev() {
-        strides[k] = strides[k + 1].saturating_mul(a.shape[k + 1]);
-    }
+    let strides = row_major_strides(&a.shape);
     let mut pos = Vec::with_capacity(n);
     let mut cur = vec![0usize; r];
     for _ in 0..n {

@@ -225,6 +225,44 @@ fn run_takes_onnx_files_and_matches_onnx_runtime() {
     }
 }
 
+/// Unrolled recurrent layers partition on the CPU targets at a lower combination depth (at the
+/// default depth of 8 the elementwise steps joined by the sequence output grow past the
+/// candidate limit, docs/onnx.md "Recurrent operators"), and the plan matches ONNX Runtime.
+#[test]
+fn recurrent_models_partition_at_a_lower_depth_and_match() {
+    for name in ["recurrent-opset17", "rnn_options-opset14"] {
+        let f = fixtures().into_iter().find(|f| f.name() == name).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let plan = dir.path().join("plan.relay");
+        let mut args = vec!["partition".to_string(), f.model().display().to_string()];
+        args.extend(shape_args(&f));
+        for a in [
+            "--target",
+            "tvm_cpu",
+            "--target",
+            "dnnl",
+            "--target",
+            "openblas",
+            "--tvm-max-depth",
+            "3",
+            "--costs",
+            "analytic",
+            "-o",
+        ] {
+            args.push(a.to_string());
+        }
+        args.push(plan.display().to_string());
+        let out = collage(&args);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = cli_run(&f, &plan, &[]);
+        check_outputs(&f, &got, "partitioned");
+    }
+}
+
 /// The partitioned program (default targets, written with `-o`) carries the weights and, run on
 /// the native and library backends, matches ONNX Runtime; the printed import (`parse`) runs to
 /// the same bits as the `.onnx` file on the reference backend.
@@ -436,6 +474,60 @@ fn operator_misuse_is_diagnosed() {
         &none(),
     )
     .unwrap();
+}
+
+/// The recurrent operators are unrolled up to a bound on the steps, and refuse weights of the
+/// wrong shape, unknown activations and coupled LSTM gates, naming the node (E3023).
+#[test]
+fn recurrent_operators_refuse_what_they_cannot_unroll() {
+    let lstm =
+        |steps: &str, w_rows: i64, attrs: Vec<collage::frontend::onnx::proto::AttributeProto>| {
+            b::graph(
+                vec![b::node("LSTM", &["x", "w", "r"], &["y"], attrs)],
+                vec![b::value("x", b::code::FLOAT, &[steps, "1", "2"])],
+                vec![b::value("y", b::code::FLOAT, &["?", "?", "?", "?"])],
+                vec![
+                    b::f32s("w", &[1, w_rows, 2], &vec![0.1; (w_rows * 2) as usize]),
+                    b::f32s("r", &[1, 12, 3], &[0.1; 36]),
+                ],
+            )
+        };
+    let hidden = || b::attr_int("hidden_size", 3);
+    let cases = [
+        (lstm("5000", 12, vec![hidden()]), "5000 steps"),
+        (lstm("4", 8, vec![hidden()]), "`W` of shape [1, 8, 2]"),
+        (
+            lstm(
+                "4",
+                12,
+                vec![
+                    hidden(),
+                    b::attr_strings("activations", &["Gauss", "Tanh", "Tanh"]),
+                ],
+            ),
+            "activation \"Gauss\"",
+        ),
+        (
+            lstm("4", 12, vec![hidden(), b::attr_int("input_forget", 1)]),
+            "input_forget",
+        ),
+        (
+            lstm(
+                "4",
+                12,
+                vec![hidden(), b::attr_string("direction", "sideways")],
+            ),
+            "direction \"sideways\"",
+        ),
+    ];
+    for (g, needle) in cases {
+        let ds = import_proto(&b::model(14, g), &none()).unwrap_err();
+        assert_eq!(codes(&ds), vec![collage::diag::E3023], "{needle}");
+        assert!(ds[0].message.contains(needle), "{}", ds[0].message);
+        assert!(ds[0].place.as_ref().unwrap().node.is_some());
+    }
+    // The same node with sound weights imports, unrolled.
+    import_proto(&b::model(14, lstm("4", 12, vec![hidden()])), &none()).unwrap();
 }
 
 /// ONNX names that are not identifiers: the parameter gets the reversible identifier, and

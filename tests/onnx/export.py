@@ -217,6 +217,25 @@ class ShiftPad(torch.nn.Module):
         return self.proj(torch.cat([left, x, right], dim=2))
 
 
+class Recurrent(torch.nn.Module):
+    """A sequence tagger of PyTorch's recurrent layers: a two-layer bidirectional LSTM
+    (batch first), a GRU (exported with `linear_before_reset = 1`) and an RNN with ReLU, so
+    the export has all three ONNX operators, with their weights and biases as initializers."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = torch.nn.GRU(16, 7, batch_first=True)
+        self.rnn = torch.nn.RNN(7, 5, nonlinearity="relu", batch_first=True)
+        self.head = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        y, _ = self.rnn(y)
+        return self.head(y)
+
+
 def image_input(gen, batch, size):
     return {"input": torch.randn(batch, 3, size, size, generator=gen)}
 
@@ -261,6 +280,10 @@ def specs(full):
                                 image_size=40, options={})
         out["shift_pad"] = dict(
             ctor=ShiftPad, inputs=lambda g: {"x": torch.randn(2, 7, 8, generator=g)},
+            outputs=["y"], axes={"x": {0: "batch", 1: "sequence"}, "y": {0: "batch", 1: "sequence"}},
+            batch_norm=False, options={})
+        out["recurrent"] = dict(
+            ctor=Recurrent, inputs=lambda g: {"x": torch.randn(2, 9, 6, generator=g)},
             outputs=["y"], axes={"x": {0: "batch", 1: "sequence"}, "y": {0: "batch", 1: "sequence"}},
             batch_norm=False, options={})
         # The same tiny ResNet, exported without folding batch norm into the convolutions

@@ -25,6 +25,10 @@ tests/fixtures/onnx/ir3_initializer_inputs-opset7/
 tests/fixtures/onnx/ocr_like-opset14/
     a PaddleOCR-style detector head: ConvTranspose, Resize (nearest and linear), HardSigmoid,
     HardSwish, a depthwise convolution and squeeze-excitation.
+tests/fixtures/onnx/rnn_options-opset14/
+    the recurrent operators' options that PyTorch does not export: a run-time sequence_lens
+    input, reverse and bidirectional directions, LSTM peepholes and clip, GRU with
+    and without linear_before_reset, initial states, and named activations with parameters.
 
 Usage: ~/.cache/collage/onnx-venv/bin/python tests/onnx/make_weights.py [--out tests/fixtures/onnx]
 """
@@ -471,6 +475,64 @@ def ocr_like(root, rng, command):
     }, command)
 
 
+def rnn_options(root, rng, command):
+    """x [batch, steps, 4] and lens [batch] (int32, run time) -> Transpose to steps first ->
+    GRU reverse with linear_before_reset and initial_h -> Reshape -> LSTM bidirectional with
+    peepholes, clip 1.5 and initial_h/initial_c -> its Y, Y_h and Y_c; beside it a GRU without
+    linear_before_reset (Y_h only) and an RNN with LeakyRelu (alpha 0.2) and no sequence_lens.
+    Layout 0 throughout (ONNX Runtime refuses layout 1; the onnx node tests cover it). The
+    reference is ONNX Runtime's output."""
+    def w(*shape, scale=0.4):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    B, T, I, G, H = 3, 5, 4, 6, 5
+    inits = {
+        "g.W": w(1, 3 * G, I), "g.R": w(1, 3 * G, G), "g.B": w(1, 6 * G, scale=0.2),
+        "g.h0": w(1, B, G, scale=0.5),
+        "shape": np.array([T, B, G], np.int64),
+        "l.W": w(2, 4 * H, G), "l.R": w(2, 4 * H, H), "l.B": w(2, 8 * H, scale=0.2),
+        "l.h0": w(2, B, H, scale=0.5), "l.c0": w(2, B, H, scale=0.5), "l.P": w(2, 3 * H),
+        "g2.W": w(1, 3 * H, I), "g2.R": w(1, 3 * H, H), "g2.B": w(1, 6 * H, scale=0.2),
+        "r.W": w(1, H, I), "r.R": w(1, H, H), "r.B": w(1, 2 * H, scale=0.2),
+    }
+    C = helper.make_node
+    nodes = [
+        C("Transpose", ["x"], ["x_t"], name="to_steps_first", perm=[1, 0, 2]),
+        C("GRU", ["x_t", "g.W", "g.R", "g.B", "lens", "g.h0"], ["g_y"], name="gru_reverse",
+          hidden_size=G, direction="reverse", linear_before_reset=1),
+        C("Reshape", ["g_y", "shape"], ["g_flat"], name="reshape"),
+        C("LSTM", ["g_flat", "l.W", "l.R", "l.B", "lens", "l.h0", "l.c0", "l.P"],
+          ["lstm_y", "lstm_h", "lstm_c"], name="lstm_bidirectional", hidden_size=H,
+          direction="bidirectional", clip=1.5),
+        C("GRU", ["x_t", "g2.W", "g2.R", "g2.B", "lens"], ["", "gru2_h"], name="gru_plain",
+          hidden_size=H),
+        C("RNN", ["x_t", "r.W", "r.R", "r.B"], ["rnn_y"], name="rnn_leaky",
+          hidden_size=H, activations=["LeakyRelu"], activation_alpha=[0.2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "rnn_options",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, I]),
+         helper.make_tensor_value_info("lens", TensorProto.INT32, [B])],
+        [helper.make_tensor_value_info("lstm_y", TensorProto.FLOAT, [T, 2, B, H]),
+         helper.make_tensor_value_info("lstm_h", TensorProto.FLOAT, [2, B, H]),
+         helper.make_tensor_value_info("lstm_c", TensorProto.FLOAT, [2, B, H]),
+         helper.make_tensor_value_info("gru2_h", TensorProto.FLOAT, [1, B, H]),
+         helper.make_tensor_value_info("rnn_y", TensorProto.FLOAT, [T, 1, B, H])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, producer_name="collage tests/onnx/make_weights.py "
+                              "(recurrent options)", opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 7
+    folder = os.path.join(root, "rnn_options-opset14")
+    fresh(folder)
+    onnx.save_model(model, os.path.join(folder, "model.onnx"))
+    x = rng.standard_normal((B, T, I)).astype(np.float32)
+    lens = np.array([5, 3, 1], np.int32)
+    write_case(folder, model, {"x": x, "lens": lens}, [], {
+        "about": "recurrent options PyTorch does not export; the reference is ONNX Runtime's "
+                 "output",
+    }, command)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures", "onnx"))
@@ -481,6 +543,7 @@ def main():
     paddle_constants(a.out, rng, command)
     ir3(a.out, rng, command)
     ocr_like(a.out, rng, command)
+    rnn_options(a.out, rng, command)
 
 
 if __name__ == "__main__":

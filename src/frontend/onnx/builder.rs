@@ -207,6 +207,22 @@ pub fn attr_floats(name: &str, v: &[f32]) -> AttributeProto {
     }
 }
 
+/// A string attribute.
+pub fn attr_string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        s: Some(v.as_bytes().to_vec().into()),
+        ..attr(name, attribute_proto::AttributeType::String)
+    }
+}
+
+/// A string-list attribute.
+pub fn attr_strings(name: &str, v: &[&str]) -> AttributeProto {
+    AttributeProto {
+        strings: v.iter().map(|s| s.as_bytes().to_vec().into()).collect(),
+        ..attr(name, attribute_proto::AttributeType::Strings)
+    }
+}
+
 /// A tensor attribute.
 pub fn attr_tensor(name: &str, t: TensorProto) -> AttributeProto {
     AttributeProto {

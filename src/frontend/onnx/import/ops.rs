@@ -1249,26 +1249,9 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
             let mut part = shape.clone();
             part[axis] = n;
             let e = if n == 0 {
-                cx.call(
-                    Op::Zeros,
-                    &[],
-                    &[("shape", ints(&part)), ("dtype", string(&d.to_string()))],
-                )?
+                zeros(cx, &part, d)?
             } else {
-                let mut begin = vec![0; shape.len()];
-                begin[axis] = at;
-                let mut end = shape.clone();
-                end[axis] = at + n;
-                cx.call(
-                    Op::StridedSlice,
-                    &[x],
-                    &[
-                        ("begin", ints(&begin)),
-                        ("end", ints(&end)),
-                        ("strides", ints(&vec![1; shape.len()])),
-                        ("axes", AttrValue::None),
-                    ],
-                )?
+                slice_axis(cx, x, axis, at, at + n)?
             };
             cx.bind(i, e);
             at += n;
@@ -1294,6 +1277,34 @@ fn split(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<()> {
         cx.bind(i, p);
     }
     Ok(())
+}
+
+/// `e[lo..hi]` along `axis`, the other axes whole.
+fn slice_axis(cx: &mut Cx<'_>, e: ExprId, axis: usize, lo: i64, hi: i64) -> R<ExprId> {
+    let s = cx.shape(e)?;
+    let mut begin = vec![0; s.len()];
+    let mut end = s.clone();
+    begin[axis] = lo;
+    end[axis] = hi;
+    cx.call(
+        Op::StridedSlice,
+        &[e],
+        &[
+            ("begin", ints(&begin)),
+            ("end", ints(&end)),
+            ("strides", ints(&vec![1; s.len()])),
+            ("axes", AttrValue::None),
+        ],
+    )
+}
+
+/// A constant of zeros.
+fn zeros(cx: &mut Cx<'_>, shape: &[i64], d: DType) -> R<ExprId> {
+    cx.call(
+        Op::Zeros,
+        &[],
+        &[("shape", ints(shape)), ("dtype", string(&d.to_string()))],
+    )
 }
 
 fn slice(cx: &mut Cx<'_>, node: &Node, opset: i64) -> R<ExprId> {

@@ -4,7 +4,7 @@
 //! state of the batch entries whose sequence has ended (their outputs are zeros from there on),
 //! as ONNX defines. docs/onnx.md, "Recurrent operators", lists what is and is not taken.
 
-use super::{attr_int, attr_str, float, ints, string, Cx, R};
+use super::{attr_int, attr_str, float, ints, slice_axis, string, zeros, Cx, R};
 use crate::frontend::onnx::model::{AttrValue as A, Node};
 use crate::ir::{AttrValue, DType, ExprId};
 use crate::ops::Op;
@@ -128,25 +128,6 @@ fn activate(cx: &mut Cx<'_>, act: Act, x: ExprId) -> R<ExprId> {
     }
 }
 
-/// `e[lo..hi]` along `axis`, the other axes whole.
-fn slice_axis(cx: &mut Cx<'_>, e: ExprId, axis: usize, lo: i64, hi: i64) -> R<ExprId> {
-    let s = cx.shape(e)?;
-    let mut begin = vec![0; s.len()];
-    let mut end = s.clone();
-    begin[axis] = lo;
-    end[axis] = hi;
-    cx.call(
-        Op::StridedSlice,
-        &[e],
-        &[
-            ("begin", ints(&begin)),
-            ("end", ints(&end)),
-            ("strides", ints(&vec![1; s.len()])),
-            ("axes", AttrValue::None),
-        ],
-    )
-}
-
 /// Row `i` of axis 0, with that axis dropped and the rest reshaped to `rest`.
 fn row(cx: &mut Cx<'_>, e: ExprId, i: i64, rest: &[i64]) -> R<ExprId> {
     let r = slice_axis(cx, e, 0, i, i + 1)?;
@@ -170,14 +151,6 @@ fn concat(cx: &mut Cx<'_>, parts: &[ExprId], axis: i64) -> R<ExprId> {
             concat(cx, &[l, r], axis)
         }
     }
-}
-
-fn zeros(cx: &mut Cx<'_>, shape: &[i64], d: DType) -> R<ExprId> {
-    cx.call(
-        Op::Zeros,
-        &[],
-        &[("shape", ints(shape)), ("dtype", string(&d.to_string()))],
-    )
 }
 
 /// The parts of a `[batch, gates * hidden]` value, one per gate.

@@ -441,22 +441,13 @@ impl MeasureFlags {
 /// error (E2201–E2203).
 #[derive(clap::Args, Debug)]
 struct Bounds {
-    /// Depth limit for native targets' candidates.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 8,
-        allow_negative_numbers = true
-    )]
-    tvm_max_depth: u32,
-    /// Depth limit for BYOC targets' candidates.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 8,
-        allow_negative_numbers = true
-    )]
-    byoc_max_depth: u32,
+    /// Depth limit for native targets' candidates [default: 8; lowered, with a warning, when
+    /// the candidates outgrow the limits and neither depth flag is given]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    tvm_max_depth: Option<u32>,
+    /// Depth limit for BYOC targets' candidates [default: 8; lowered as above]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    byoc_max_depth: Option<u32>,
     /// E-nodes the equivalences may add to the e-graph.
     #[arg(long, value_name = "N", default_value_t = collage::planning::enumerate::DEFAULT_MAX_ENODES as u64,
           value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
@@ -497,9 +488,11 @@ fn costs_of(spec: &str) -> Option<collage::planning::cost::Spec> {
 /// The enumeration limits of a command line.
 fn limits(b: &Bounds) -> collage::planning::enumerate::Limits {
     let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let defaults = collage::planning::enumerate::Limits::default();
     collage::planning::enumerate::Limits {
-        tvm_max_depth: b.tvm_max_depth.max(1),
-        byoc_max_depth: b.byoc_max_depth.max(1),
+        tvm_max_depth: b.tvm_max_depth.unwrap_or(defaults.tvm_max_depth).max(1),
+        byoc_max_depth: b.byoc_max_depth.unwrap_or(defaults.byoc_max_depth).max(1),
+        lower_depth: b.tvm_max_depth.is_none() && b.byoc_max_depth.is_none(),
         max_enodes: size(b.max_enodes),
         max_egraph_iters: size(b.max_egraph_iters),
         max_candidates: size(b.max_candidates),

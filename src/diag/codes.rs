@@ -242,6 +242,8 @@ codes! {
     E2202 = "E2202", "e-graph iteration limit reached";
     /// A target's rules produced more candidates than `--max-candidates` (or needed more work).
     E2203 = "E2203", "candidate limit reached";
+    /// A default depth limit was halved because a target's candidates outgrew the limits at it.
+    W2205 = "W2205", "depth limit lowered";
 
     /// An operator, attribute value or dtype the reference interpreter cannot run.
     E2301 = "E2301", "operator not supported by the interpreter";

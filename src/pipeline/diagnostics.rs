@@ -232,3 +232,33 @@ pub fn limit_diagnostic(program: &Program, e: &LimitError) -> Diagnostic {
         }
     }
 }
+
+/// Prints a W2205 warning for every default depth limit enumeration lowered.
+pub fn report_lowered(lowered: &[crate::planning::enumerate::Lowered]) {
+    for l in lowered {
+        let what = match l.bound {
+            Bound::PairWork { steps } => format!("combining them visited more than {steps} pairs"),
+            _ => "they outgrew `--max-candidates`".to_string(),
+        };
+        let flag = if l.byoc {
+            "--byoc-max-depth"
+        } else {
+            "--tvm-max-depth"
+        };
+        let mut d = Diagnostic::warning(
+            diag::W2205,
+            format!(
+                "the candidates of target `{}` were enumerated again at depth {} instead of {}: \
+                 at depth {} {what}",
+                l.target, l.to, l.from, l.from
+            ),
+        );
+        d.notes.push(format!(
+            "every {} target's candidates are limited to depth {}; give `{flag} N` to choose \
+             the depth (reaching the limit is then an error), or raise `--max-candidates`",
+            if l.byoc { "BYOC" } else { "native" },
+            l.to
+        ));
+        diag::emit_alone(d);
+    }
+}

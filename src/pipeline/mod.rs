@@ -369,10 +369,12 @@ pub fn enumerate(
     program: &Program,
     limits: &Limits,
 ) -> Result<Enumeration, Outcome> {
-    crate::planning::enumerate::enumerate(g, program, limits).map_err(|e| {
+    let e = crate::planning::enumerate::enumerate(g, program, limits).map_err(|e| {
         diag::emit_stderr(&diagnostics::limit_diagnostic(program, &e).into(), sources);
         Outcome::InputErrors
-    })
+    })?;
+    diagnostics::report_lowered(&e.lowered);
+    Ok(e)
 }
 
 /// Phase 4: enumerates, prices and searches for the cheapest cover of `g` (with the baselines
@@ -396,6 +398,9 @@ pub fn search(
     );
     if let Some(m) = &prepared.estimator.measurer {
         progress.pause(&mut || measuring::report_notes(m));
+    }
+    if let Ok(p) = &plan {
+        progress.pause(&mut || diagnostics::report_lowered(&p.lowered));
     }
     plan.map_err(|e| {
         progress.finish();

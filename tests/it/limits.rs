@@ -125,10 +125,30 @@ fn raising_the_candidate_limit_lets_enumeration_finish() {
 #[test]
 fn the_default_limits_stop_a_rule_fusing_everything() {
     // At the default depth limit (8) the candidates of this rule grow exponentially; the
-    // default limits stop it (within about a second in a release build).
-    let err = fails(&["candidates", MNIST, "--rules", "fuse-everything.rules"]);
+    // default limits stop it (within about a second in a release build). With the depth given,
+    // that is an error.
+    let err = fails(&[
+        "candidates",
+        MNIST,
+        "--rules",
+        "fuse-everything.rules",
+        "--tvm-max-depth",
+        "8",
+    ]);
     assert!(err.contains("error[E2203]"), "{err}");
     assert!(err.contains("128 × `--max-candidates` 500000"), "{err}");
+    // Without it, the default depth is halved until the candidates fit (W2205).
+    let out = collage_in(
+        &dir(),
+        ["candidates", MNIST, "--rules", "fuse-everything.rules"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning[W2205]: the candidates of target `everything` were enumerated again at depth 4 instead of 8"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("target everything (3553 candidates)"));
 }
 
 #[test]

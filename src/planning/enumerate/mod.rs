@@ -32,7 +32,8 @@ use subgraph::nest_labels;
 /// (TVM has none, docs/collage.md quirk-15; ours are 8 and 8), and limits on the e-graph and
 /// on each target's candidates, so that no rules file can make enumeration grow without bound.
 /// Reaching one of the latter is an error ([`LimitError`]), never a silently smaller search
-/// space.
+/// space: with [`Limits::lower_depth`], a target whose candidates outgrow the limits at the
+/// default depth is enumerated again at a lower one, and [`Enumeration::lowered`] says so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Depth limit for native targets.
@@ -52,6 +53,26 @@ pub struct Limits {
     /// [`MATCH_WORK`] times as many partial matches as there are e-nodes and allowed
     /// candidates together.
     pub max_candidates: usize,
+    /// When a target whose rules set no depth of their own reaches the candidate or pair
+    /// limit, halve the default depth of its kind (native or BYOC) and enumerate again, down to
+    /// 1, instead of failing. Off when the depth limits were given on the command line.
+    pub lower_depth: bool,
+}
+
+/// A default depth limit [`enumerate`] lowered because a target's candidates outgrew the
+/// limits at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lowered {
+    /// The target whose candidates grew.
+    pub target: String,
+    /// Whether the depth is BYOC targets' (`--byoc-max-depth`) or native targets'.
+    pub byoc: bool,
+    /// The depth limit that was reached, and the one used instead.
+    pub from: u32,
+    /// See `from`.
+    pub to: u32,
+    /// The limit reached.
+    pub bound: Bound,
 }
 
 /// Default of [`Limits::max_enodes`].
@@ -71,6 +92,7 @@ impl Default for Limits {
             max_enodes: DEFAULT_MAX_ENODES,
             max_egraph_iters: DEFAULT_MAX_EGRAPH_ITERS,
             max_candidates: DEFAULT_MAX_CANDIDATES,
+            lower_depth: true,
         }
     }
 }
@@ -178,6 +200,11 @@ pub struct Enumeration {
     pub egraph_rounds: usize,
     /// Size of the e-graph after equivalences: (e-nodes, e-classes).
     pub egraph_size: (usize, usize),
+    /// The limits the candidates were enumerated within: the given ones, with the depth limits
+    /// in `lowered` lowered.
+    pub limits: Limits,
+    /// Default depth limits lowered because a target's candidates outgrew the limits.
+    pub lowered: Vec<Lowered>,
 }
 
 /// The e-graph of `g` with the program's equivalences, within the limits.
@@ -208,8 +235,59 @@ fn match_graph(
 }
 
 /// Candidates of every target of `program` for one function. When a target reaches a limit,
-/// the error of the first such target in program order is returned.
+/// the error of the first such target in program order is returned, unless
+/// [`Limits::lower_depth`] lets the depth limit of its kind be halved and everything enumerated
+/// again (at most three times per kind, 8 → 4 → 2 → 1 from the default).
 pub fn enumerate(
+    g: &DataflowGraph<'_>,
+    program: &Program,
+    limits: &Limits,
+) -> Result<Enumeration, LimitError> {
+    let mut limits = *limits;
+    let mut lowered = Vec::new();
+    loop {
+        let err = match enumerate_within(g, program, &limits) {
+            Ok(mut e) => {
+                e.limits = limits;
+                e.lowered = lowered;
+                return Ok(e);
+            }
+            Err(e) => e,
+        };
+        let LimitError::Target {
+            bound: bound @ (Bound::Candidates | Bound::PairWork { .. }),
+            target,
+            ..
+        } = &err
+        else {
+            return Err(err);
+        };
+        let t = &program.targets[*target];
+        if !limits.lower_depth || t.max_depth.is_some() {
+            return Err(err);
+        }
+        let byoc = t.compiler.is_some();
+        let depth = if byoc {
+            &mut limits.byoc_max_depth
+        } else {
+            &mut limits.tvm_max_depth
+        };
+        if *depth <= 1 {
+            return Err(err);
+        }
+        let from = *depth;
+        *depth = (from / 2).max(1);
+        lowered.push(Lowered {
+            target: t.name.clone(),
+            byoc,
+            from,
+            to: *depth,
+            bound: *bound,
+        });
+    }
+}
+
+fn enumerate_within(
     g: &DataflowGraph<'_>,
     program: &Program,
     limits: &Limits,
@@ -300,6 +378,8 @@ pub fn enumerate(
             mg.egraph.total_number_of_nodes(),
             mg.egraph.number_of_classes(),
         ),
+        limits: *limits,
+        lowered: Vec::new(),
     })
 }
 

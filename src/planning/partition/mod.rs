@@ -116,6 +116,10 @@ pub struct Plan {
     pub baselines: Vec<Baseline>,
     /// Counters.
     pub stats: Stats,
+    /// Default depth limits lowered during enumeration (reported as W2205).
+    pub lowered: Vec<crate::planning::enumerate::Lowered>,
+    /// The limits the candidates were enumerated within.
+    pub limits: Limits,
 }
 
 impl Plan {
@@ -236,9 +240,13 @@ pub fn partition_on_devices(
     devices: Option<&[VirtualDevice]>,
 ) -> Result<Plan, PartitionError> {
     progress.phase("enumerating candidates", 0);
-    let mut candidates = crate::planning::enumerate::enumerate(g, program, &opts.limits)
-        .map_err(PartitionError::Limit)?
-        .candidates;
+    let enumeration = crate::planning::enumerate::enumerate(g, program, &opts.limits)
+        .map_err(PartitionError::Limit)?;
+    // The limits the candidates were enumerated within (a default depth may have been
+    // lowered): greedy regions and coalescing keep to the same ones.
+    let limits = enumeration.limits;
+    let lowered = enumeration.lowered;
+    let mut candidates = enumeration.candidates;
     // BYOC partitions become functions called from the function body: their nodes must be in
     // the body's own block, not inside a branch or a nested function literal.
     candidates.retain(|c| {
@@ -264,7 +272,7 @@ pub fn partition_on_devices(
         if program.targets[t].compiler.is_none() {
             continue;
         }
-        let config = crate::planning::enumerate::region_limits(&program.targets[t], &opts.limits);
+        let config = crate::planning::enumerate::region_limits(&program.targets[t], &limits);
         let regions = greedy::regions(g, &candidates, own, &config);
         // A union may equal one of the target's candidates (a target's candidates are
         // distinct); a candidate taken alone is itself.
@@ -382,9 +390,11 @@ pub fn partition_on_devices(
         enumerated,
         baselines,
         stats,
+        lowered,
+        limits,
     };
     progress.phase("coalescing", 0);
-    plan.partitions = finalize::coalesce(g, program, &plan, &opts.limits);
+    plan.partitions = finalize::coalesce(g, program, &plan, &limits);
     Ok(plan)
 }
 

@@ -1138,17 +1138,31 @@ fn pool(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
 }
 
 fn layer_norm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
-    if node.outputs.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(cx.unsupported("its mean and inverse deviation outputs"));
-    }
+    let stats = node.outputs.iter().skip(1).any(|o| !o.is_empty());
     let x = cx.input(0)?;
     let gamma = cx.input(1)?;
     let shape = cx.shape(x)?;
     let d = cx.dtype_of_expr(x)?;
+    if stats {
+        // The mean and inverse deviation outputs have the stash type (float32 unless set),
+        // and are computed in it: taken when that is the input's own type.
+        let stash = match attr_int(node, "stash_type", 1) {
+            1 => Some(DType::F32),
+            11 => Some(DType::F64),
+            10 => Some(DType::F16),
+            _ => None,
+        };
+        if stash != Some(d) {
+            return Err(cx.unsupported(format_args!(
+                "mean and inverse deviation outputs of a stash type other than its input's \
+                 ({d})"
+            )));
+        }
+    }
     let axis = cx.axis(attr_int(node, "axis", -1), shape.len())?;
     let eps = attr_float(node, "epsilon", 1e-5) as f64;
     let sg = cx.shape(gamma)?;
-    if axis + 1 == shape.len() && sg.len() == 1 {
+    if axis + 1 == shape.len() && sg.len() == 1 && !stats {
         let beta = match cx.opt_input(2)? {
             Some(b) => b,
             None => cx.call(
@@ -1163,7 +1177,7 @@ fn layer_norm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
             &[("axis", int(-1)), ("epsilon", float(eps))],
         );
     }
-    // Several normalised axes: mean and variance over them, written out.
+    // Several normalised axes, or the statistics wanted: mean and variance written out.
     let axes: Vec<i64> = (axis as i64..shape.len() as i64).collect();
     let reduce = [("axis", ints(&axes)), ("keepdims", boolean(true))];
     let mean = cx.call(Op::Mean, &[x], &reduce)?;
@@ -1173,6 +1187,12 @@ fn layer_norm(cx: &mut Cx<'_>, node: &Node) -> R<ExprId> {
     let ve = cx.add_scalar(var, eps)?;
     let sd = cx.call(Op::Sqrt, &[ve], &[])?;
     let normed = cx.call(Op::Divide, &[centred, sd], &[])?;
+    if stats {
+        cx.bind(1, mean);
+        let one = cx.scalar(1.0, d);
+        let inv = cx.call(Op::Divide, &[one, sd], &[])?;
+        cx.bind(2, inv);
+    }
     let mut y = cx.call(Op::Multiply, &[normed, gamma], &[])?;
     if let Some(b) = cx.opt_input(2)? {
         y = cx.call(Op::Add, &[y, b], &[])?;

@@ -13,6 +13,7 @@ use crate::frontend::onnx::tensor::DType as OnnxDType;
 use crate::ir::{AttrValue, DType, Dim, ExprId};
 use crate::ops::{rel, Op};
 
+mod einsum;
 mod recurrent;
 mod written;
 
@@ -554,6 +555,7 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
             cx.call(Op::Concatenate, &[t], &[("axis", int(axis as i64))])?
         }
         "Split" => return split(cx, node, opset),
+        "Einsum" => einsum::convert(cx, node)?,
         "RNN" | "GRU" | "LSTM" => return recurrent::convert(cx, node),
         "Slice" => slice(cx, node, opset)?,
         "Gather" => gather(cx, node)?,

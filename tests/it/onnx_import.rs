@@ -491,6 +491,10 @@ fn recurrent_operators_refuse_what_they_cannot_unroll() {
         (lstm("5000", 12, vec![hidden()]), "5000 steps"),
         (lstm("4", 8, vec![hidden()]), "`W` of shape [1, 8, 2]"),
         (
+            lstm("4", 12, vec![b::attr_int("hidden_size", i64::MAX)]),
+            "hidden_size = 9223372036854775807",
+        ),
+        (
             lstm(
                 "4",
                 12,

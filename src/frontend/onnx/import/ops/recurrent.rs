@@ -337,7 +337,7 @@ pub(super) fn convert(cx: &mut Cx<'_>, node: &Node) -> R<()> {
         Some(A::Int(h)) => *h,
         _ => sr.get(2).copied().unwrap_or(0),
     };
-    if hidden < 1 {
+    if !(1..=1 << 40).contains(&hidden) {
         return Err(cx.unsupported(format_args!("hidden_size = {hidden}")));
     }
     let gh = gates * hidden;

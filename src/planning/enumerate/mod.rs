@@ -243,10 +243,12 @@ pub fn enumerate(
     program: &Program,
     limits: &Limits,
 ) -> Result<Enumeration, LimitError> {
+    // The e-graph does not depend on the depth limits: built once for every attempt.
+    let mg = match_graph(g, program, limits)?;
     let mut limits = *limits;
     let mut lowered = Vec::new();
     loop {
-        let err = match enumerate_within(g, program, &limits) {
+        let err = match enumerate_within(g, &mg, program, &limits) {
             Ok(mut e) => {
                 e.limits = limits;
                 e.lowered = lowered;
@@ -289,10 +291,10 @@ pub fn enumerate(
 
 fn enumerate_within(
     g: &DataflowGraph<'_>,
+    mg: &egraph::MatchGraph,
     program: &Program,
     limits: &Limits,
 ) -> Result<Enumeration, LimitError> {
-    let mg = match_graph(g, program, limits)?;
     // Targets with the same rule tree, compiler and depth limit (a native target on two
     // devices, say) have the same candidates: evaluate each such tree once.
     let n = program.targets.len();
@@ -325,7 +327,7 @@ fn enumerate_within(
         if failed.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        let cands = target_candidates_in(g, &mg, program, t, limits);
+        let cands = target_candidates_in(g, mg, program, t, limits);
         if cands.is_err() {
             failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }

@@ -118,8 +118,6 @@ pub struct Plan {
     pub stats: Stats,
     /// Default depth limits lowered during enumeration (reported as W2205).
     pub lowered: Vec<crate::planning::enumerate::Lowered>,
-    /// The limits the candidates were enumerated within.
-    pub limits: Limits,
 }
 
 impl Plan {
@@ -391,7 +389,6 @@ pub fn partition_on_devices(
         baselines,
         stats,
         lowered,
-        limits,
     };
     progress.phase("coalescing", 0);
     plan.partitions = finalize::coalesce(g, program, &plan, &limits);

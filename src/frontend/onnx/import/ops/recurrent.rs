@@ -164,8 +164,11 @@ fn gate_parts(cx: &mut Cx<'_>, e: ExprId, gates: i64, hidden: i64) -> R<Vec<Expr
 struct Weights {
     /// `[gates * hidden, input]`.
     w: ExprId,
-    /// `[gates * hidden, hidden]`.
+    /// `[gates * hidden, hidden]`; for a GRU, its update and reset rows `[2 * hidden, hidden]`
+    /// (the hidden gate's rows are in `r_h`).
     r: ExprId,
+    /// GRU: the hidden gate's recurrent rows, `[hidden, hidden]`.
+    r_h: Option<ExprId>,
     /// What is added to each step's input products, `[gates * hidden]`.
     bias: Option<ExprId>,
     /// GRU with `linear_before_reset`: the recurrent bias of the hidden gate, `[hidden]`.
@@ -257,9 +260,8 @@ impl Cell {
             }
             Kind::Gru => {
                 let x = gate_parts(cx, xt, 3, hs)?;
-                let r_zr = slice_axis(cx, wt.r, 0, 0, 2 * hs)?;
-                let r_h = slice_axis(cx, wt.r, 0, 2 * hs, 3 * hs)?;
-                let hzr = self.recurrent(cx, h, r_zr)?;
+                let r_h = wt.r_h.expect("a GRU's hidden-gate rows");
+                let hzr = self.recurrent(cx, h, wt.r)?;
                 let hzr = gate_parts(cx, hzr, 2, hs)?;
                 let z = cx.call(Op::Add, &[hzr[0], x[0]], &[])?;
                 let z = self.act(cx, acts[0], z)?;
@@ -559,7 +561,14 @@ fn weights(
 ) -> R<Weights> {
     let (hs, gh) = (cell.hidden, cell.kind.gates() * cell.hidden);
     let w = row(cx, w, d, &[gh, input])?;
-    let r = row(cx, r, d, &[gh, hs])?;
+    let mut r = row(cx, r, d, &[gh, hs])?;
+    // A GRU's recurrent rows, split once for every step: the update and reset gates multiply
+    // the previous state, the hidden gate (reset) applies to it or to its product.
+    let mut r_h = None;
+    if cell.kind == Kind::Gru {
+        r_h = Some(slice_axis(cx, r, 0, 2 * hs, 3 * hs)?);
+        r = slice_axis(cx, r, 0, 0, 2 * hs)?;
+    }
     let mut bias = None;
     let mut reset_bias = None;
     if let Some(b) = b {
@@ -597,6 +606,7 @@ fn weights(
     Ok(Weights {
         w,
         r,
+        r_h,
         bias,
         reset_bias,
         peep,
